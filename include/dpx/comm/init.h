@@ -1,0 +1,36 @@
+// Creating process groups: from the launcher's environment (env://), a tcp:// or file:// URL,
+// or an explicit store.
+#pragma once
+
+#include <chrono>
+#include <memory>
+#include <string>
+
+#include "dpx/comm/process_group.h"
+#include "dpx/comm/store.h"
+
+namespace dpx {
+
+struct InitOptions {
+  // "auto" (shm when every rank is on one host, else gloo), "shm" or "gloo".
+  // DPX_BACKEND in the environment replaces "auto".
+  std::string backend = "auto";
+  // "env://" (MASTER_ADDR, MASTER_PORT, RANK, WORLD_SIZE), "tcp://host:port?rank=R&world_size=W",
+  // "file:///path?rank=R&world_size=W". Ignored when `store` is given.
+  std::string init_method = "env://";
+  int rank = -1;        // >= 0 overrides the init method's rank
+  int world_size = -1;  // >= 1 overrides the init method's world size
+  std::shared_ptr<Store> store;
+  std::chrono::milliseconds timeout = kDefaultTimeout;
+  // Distinguishes several groups of one job on one store (keys are prefixed with it).
+  std::string group_name = "default";
+};
+
+std::shared_ptr<ProcessGroup> init_process_group(InitOptions options = {});
+
+// A group of the given backend over a store the caller made (tests, tools, sub-groups).
+std::shared_ptr<ProcessGroup> new_process_group(const std::string& backend,
+                                                std::shared_ptr<Store> store, int rank, int size,
+                                                ProcessGroup::Options options = {});
+
+}  // namespace dpx

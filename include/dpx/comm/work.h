@@ -1,0 +1,56 @@
+// The handle of an asynchronous collective.
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <exception>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <vector>
+
+namespace dpx {
+
+class Work {
+ public:
+  explicit Work(std::chrono::milliseconds default_timeout) : default_timeout_(default_timeout) {}
+  virtual ~Work() = default;
+
+  // Blocks until the collective finished. Rethrows its error; throws TimeoutError when
+  // `timeout` passes first (the collective itself may still be running then).
+  virtual void wait(std::chrono::milliseconds timeout) = 0;
+  void wait() { wait(default_timeout_); }
+
+  virtual bool is_completed() = 0;
+
+  // The error the collective failed with; null while it runs or once it succeeded.
+  virtual std::exception_ptr exception() = 0;
+
+ protected:
+  std::chrono::milliseconds default_timeout_;
+};
+
+// A Work that a backend's own thread completes with complete(). Callbacks added with
+// then() run on the completing thread (or at once if already complete).
+class CompletionWork : public Work {
+ public:
+  CompletionWork(std::chrono::milliseconds default_timeout, std::string where);
+
+  void wait(std::chrono::milliseconds timeout) override;
+  using Work::wait;
+  bool is_completed() override;
+  std::exception_ptr exception() override;
+
+  void complete(std::exception_ptr error = nullptr);
+  void then(std::function<void(std::exception_ptr)> callback);
+
+ private:
+  std::string where_;
+  std::mutex mutex_;
+  std::condition_variable done_cv_;
+  bool done_ = false;
+  std::exception_ptr error_;
+  std::vector<std::function<void(std::exception_ptr)>> callbacks_;
+};
+
+}  // namespace dpx

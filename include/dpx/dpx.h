@@ -1,0 +1,10 @@
+// Everything dpx offers, in one include.
+#pragma once
+
+#include "dpx/comm/errors.h"
+#include "dpx/comm/init.h"
+#include "dpx/comm/process_group.h"
+#include "dpx/comm/store.h"
+#include "dpx/comm/types.h"
+#include "dpx/comm/work.h"
+#include "dpx/env.h"

@@ -1,0 +1,97 @@
+#include "dpx/comm/process_group.h"
+
+#include <c10/util/Exception.h>
+
+#include "dpx/comm/errors.h"
+
+namespace dpx {
+namespace {
+
+bool supported_dtype(at::ScalarType t) {
+  switch (t) {
+    case at::kFloat:
+    case at::kDouble:
+    case at::kBFloat16:
+    case at::kHalf:
+    case at::kInt:
+    case at::kLong:
+      return true;
+    default:
+      return false;
+  }
+}
+
+}  // namespace
+
+ProcessGroup::ProcessGroup(int rank, int size, Options options)
+    : rank_(rank), size_(size), options_(options) {
+  TORCH_CHECK(size >= 1, "world_size must be at least 1, got ", size);
+  TORCH_CHECK(rank >= 0 && rank < size, "rank ", rank, " is out of range for world_size ", size,
+              "; ranks go from 0 to world_size - 1");
+}
+
+std::string ProcessGroup::where() const { return dpx::where(rank_, size_); }
+
+void ProcessGroup::unsupported(const std::string& what) const {
+  TORCH_CHECK(false, where(), "backend ", backend(), " does not support ", what);
+}
+
+void ProcessGroup::check_tensor(const at::Tensor& t, const char* op, const char* name) const {
+  TORCH_CHECK(t.defined(), where(), op, ": ", name, " is an undefined tensor");
+  TORCH_CHECK(t.is_contiguous(), where(), op, ": ", name,
+              " must be contiguous; call .contiguous() first (sizes ", t.sizes(), ", strides ",
+              t.strides(), ")");
+  TORCH_CHECK(t.device() == options_.device, where(), op, ": ", name, " is on ", t.device(),
+              " but this ", backend(), " group works on ", options_.device,
+              "; move it with .to(", options_.device, ")");
+  TORCH_CHECK(supported_dtype(t.scalar_type()), where(), op, ": dtype ", t.scalar_type(),
+              " is not supported; use float32, float64, bfloat16, float16, int32 or int64");
+  TORCH_CHECK(!t.is_sparse(), where(), op, ": sparse tensors are not supported");
+}
+
+std::shared_ptr<Work> ProcessGroup::allreduce(at::Tensor& tensor, AllreduceOptions opts) {
+  check_tensor(tensor, "allreduce", "tensor");
+  TORCH_CHECK(opts.op != ReduceOp::kAvg || at::isFloatingType(tensor.scalar_type()), where(),
+              "allreduce: ReduceOp avg needs a floating-point tensor, got ",
+              tensor.scalar_type(), "; use sum and divide yourself");
+  return do_allreduce(tensor, opts);
+}
+
+std::shared_ptr<Work> ProcessGroup::broadcast(at::Tensor& tensor, BroadcastOptions opts) {
+  check_tensor(tensor, "broadcast", "tensor");
+  TORCH_CHECK(opts.root >= 0 && opts.root < size_, where(), "broadcast: root ", opts.root,
+              " is out of range for world_size ", size_);
+  return do_broadcast(tensor, opts);
+}
+
+std::shared_ptr<Work> ProcessGroup::allgather(at::Tensor& output, const at::Tensor& input) {
+  check_tensor(input, "allgather", "input");
+  check_tensor(output, "allgather", "output");
+  TORCH_CHECK(output.scalar_type() == input.scalar_type(), where(),
+              "allgather: output dtype ", output.scalar_type(), " differs from input dtype ",
+              input.scalar_type());
+  TORCH_CHECK(output.numel() == input.numel() * size_, where(), "allgather: output has ",
+              output.numel(), " elements but needs world_size (", size_, ") x input (",
+              input.numel(), ") = ", input.numel() * size_);
+  return do_allgather(output, input);
+}
+
+std::shared_ptr<Work> ProcessGroup::reduce_scatter(at::Tensor& output, const at::Tensor& input,
+                                                   ReduceScatterOptions opts) {
+  check_tensor(input, "reduce_scatter", "input");
+  check_tensor(output, "reduce_scatter", "output");
+  TORCH_CHECK(output.scalar_type() == input.scalar_type(), where(),
+              "reduce_scatter: output dtype ", output.scalar_type(),
+              " differs from input dtype ", input.scalar_type());
+  TORCH_CHECK(input.numel() == output.numel() * size_, where(), "reduce_scatter: input has ",
+              input.numel(), " elements but needs world_size (", size_, ") x output (",
+              output.numel(), ") = ", output.numel() * size_);
+  TORCH_CHECK(opts.op != ReduceOp::kAvg || at::isFloatingType(input.scalar_type()), where(),
+              "reduce_scatter: ReduceOp avg needs a floating-point tensor, got ",
+              input.scalar_type());
+  return do_reduce_scatter(output, input, opts);
+}
+
+std::shared_ptr<Work> ProcessGroup::barrier() { return do_barrier(); }
+
+}  // namespace dpx

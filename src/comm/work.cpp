@@ -1,0 +1,58 @@
+#include "dpx/comm/work.h"
+
+#include "dpx/comm/errors.h"
+
+namespace dpx {
+
+CompletionWork::CompletionWork(std::chrono::milliseconds default_timeout, std::string where)
+    : Work(default_timeout), where_(std::move(where)) {}
+
+void CompletionWork::wait(std::chrono::milliseconds timeout) {
+  std::unique_lock<std::mutex> lock(mutex_);
+  if (!done_cv_.wait_for(lock, timeout, [&] { return done_; })) {
+    throw TimeoutError(where_ + "collective did not finish within " +
+                       std::to_string(timeout.count()) +
+                       " ms; a peer may be stuck or dead. Raise the timeout if the job is "
+                       "just slow, else check the other ranks' logs.");
+  }
+  if (error_) {
+    std::rethrow_exception(error_);
+  }
+}
+
+bool CompletionWork::is_completed() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return done_;
+}
+
+std::exception_ptr CompletionWork::exception() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return error_;
+}
+
+void CompletionWork::complete(std::exception_ptr error) {
+  std::vector<std::function<void(std::exception_ptr)>> callbacks;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    done_ = true;
+    error_ = error;
+    callbacks.swap(callbacks_);
+  }
+  done_cv_.notify_all();
+  for (auto& cb : callbacks) {
+    cb(error);
+  }
+}
+
+void CompletionWork::then(std::function<void(std::exception_ptr)> callback) {
+  std::unique_lock<std::mutex> lock(mutex_);
+  if (!done_) {
+    callbacks_.push_back(std::move(callback));
+    return;
+  }
+  auto error = error_;
+  lock.unlock();
+  callback(error);
+}
+
+}  // namespace dpx

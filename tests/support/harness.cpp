@@ -1,0 +1,161 @@
+#include "harness.h"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <exception>
+#include <fstream>
+#include <sstream>
+#include <thread>
+
+namespace dpx::test {
+namespace {
+
+std::string slurp(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+[[noreturn]] void run_child(int rank, const std::function<void(int)>& fn, const std::string& log) {
+  int fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
+  if (fd >= 0) {
+    ::dup2(fd, 1);
+    ::dup2(fd, 2);
+    ::close(fd);
+  }
+  int code = 0;
+  try {
+    fn(rank);
+    code = ::testing::Test::HasFailure() ? 1 : 0;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "rank %d threw: %s\n", rank, e.what());
+    code = 1;
+  } catch (...) {
+    std::fprintf(stderr, "rank %d threw a non-std exception\n", rank);
+    code = 1;
+  }
+  std::fflush(stdout);
+  std::fflush(stderr);
+  ::_exit(code);  // no atexit handlers or destructors of the parent's state
+}
+
+}  // namespace
+
+std::vector<std::string> run_threads(int world, const std::function<void(int)>& fn) {
+  std::vector<std::string> errors(world);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < world; ++r) {
+    threads.emplace_back([&, r] {
+      try {
+        fn(r);
+      } catch (const std::exception& e) {
+        errors[r] = e.what();
+        if (errors[r].empty()) errors[r] = "exception with empty message";
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  return errors;
+}
+
+std::vector<ProcResult> run_processes(int world, const std::function<void(int)>& fn,
+                                      ProcOptions options) {
+  char dir_template[] = "/tmp/dpx-test-XXXXXX";
+  std::string dir = ::mkdtemp(dir_template);
+  std::fflush(stdout);
+  std::fflush(stderr);
+  std::vector<pid_t> pids(world, -1);
+  std::vector<ProcResult> results(world);
+  auto kill_all = [&pids] {
+    for (pid_t& p : pids) {
+      if (p > 0) {
+        ::kill(p, SIGKILL);
+        ::waitpid(p, nullptr, 0);
+        p = -1;
+      }
+    }
+  };
+  // Kills whatever is still running, whatever way this function is left.
+  struct Reaper {
+    std::function<void()> fn;
+    ~Reaper() { fn(); }
+  } reaper{kill_all};
+  for (int r = 0; r < world; ++r) {
+    results[r].rank = r;
+    std::string log = dir + "/rank" + std::to_string(r) + ".log";
+    pid_t pid = ::fork();
+    if (pid < 0) {
+      throw std::runtime_error("fork failed");
+    }
+    if (pid == 0) {
+      run_child(r, fn, log);
+    }
+    pids[r] = pid;
+  }
+  auto deadline = std::chrono::steady_clock::now() + options.timeout;
+  int running = world;
+  while (running > 0) {
+    int status = 0;
+    pid_t pid = ::waitpid(-1, &status, WNOHANG);
+    if (pid > 0) {
+      for (int r = 0; r < world; ++r) {
+        if (pids[r] != pid) continue;
+        pids[r] = -1;
+        --running;
+        if (WIFEXITED(status)) {
+          results[r].exit_code = WEXITSTATUS(status);
+        } else if (WIFSIGNALED(status)) {
+          results[r].signal = WTERMSIG(status);
+        }
+      }
+      continue;
+    }
+    if (std::chrono::steady_clock::now() > deadline) {
+      for (int r = 0; r < world; ++r) {
+        if (pids[r] > 0) results[r].timed_out = true;
+      }
+      break;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  kill_all();
+  for (int r = 0; r < world; ++r) {
+    std::string log = dir + "/rank" + std::to_string(r) + ".log";
+    results[r].output = slurp(log);
+    ::unlink(log.c_str());
+  }
+  ::rmdir(dir.c_str());
+  return results;
+}
+
+void expect_all_ok(const std::vector<ProcResult>& results) {
+  for (const auto& r : results) {
+    EXPECT_TRUE(r.ok()) << "rank " << r.rank << ": exit " << r.exit_code << " signal " << r.signal
+                        << (r.timed_out ? " (timed out)" : "") << "\n"
+                        << r.output;
+  }
+}
+
+StoreServer::StoreServer(std::chrono::milliseconds timeout) {
+  TcpStoreOptions o;
+  o.is_server = true;
+  o.port = 0;
+  o.timeout = timeout;
+  server_ = Store::tcp(o);
+}
+
+std::shared_ptr<Store> StoreServer::client(std::chrono::milliseconds timeout) const {
+  TcpStoreOptions o;
+  o.port = port();
+  o.timeout = timeout;
+  return Store::tcp(o);
+}
+
+std::vector<std::string> backends() { return {"gloo"}; }
+
+}  // namespace dpx::test

@@ -1,0 +1,58 @@
+// Test harness for the multirank (threads as ranks) and multiproc (forked processes) tiers.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "dpx/comm/store.h"
+
+namespace dpx::test {
+
+// Runs fn(rank) on `world` threads and waits for all; returns the first exception's message per
+// rank ("" when that rank succeeded). gtest assertions inside fn are fine (they are thread-safe).
+std::vector<std::string> run_threads(int world, const std::function<void(int rank)>& fn);
+
+struct ProcResult {
+  int rank = -1;
+  int exit_code = -1;  // -1 when killed by a signal
+  int signal = 0;
+  bool timed_out = false;
+  std::string output;  // the child's stdout and stderr
+  bool ok() const { return exit_code == 0 && !timed_out; }
+};
+
+struct ProcOptions {
+  std::chrono::milliseconds timeout = std::chrono::seconds(120);
+};
+
+// Forks `world` children running fn(rank). A child exits 0 when fn returns without a gtest
+// failure, 1 on failure or exception (message on stderr). Children still running at the timeout
+// are killed; none outlives the call, even if the parent test fails.
+std::vector<ProcResult> run_processes(int world, const std::function<void(int rank)>& fn,
+                                      ProcOptions options = {});
+
+// Asserts that every rank succeeded, printing the outputs of those that did not.
+void expect_all_ok(const std::vector<ProcResult>& results);
+
+// A TCP store server on a free port (port 0), hosted by the test process; ranks connect
+// to it with client(). Fork-safe: children only ever open new client connections.
+class StoreServer {
+ public:
+  explicit StoreServer(std::chrono::milliseconds timeout = std::chrono::seconds(60));
+  std::uint16_t port() const { return server_->port(); }
+  std::shared_ptr<Store> client(std::chrono::milliseconds timeout = std::chrono::seconds(60)) const;
+  std::shared_ptr<Store> server() const { return server_; }
+
+ private:
+  std::shared_ptr<Store> server_;
+};
+
+// The backends the collective tests run on.
+std::vector<std::string> backends();
+
+}  // namespace dpx::test
