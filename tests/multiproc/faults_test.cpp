@@ -62,7 +62,7 @@ TEST(Faults, RankKilledDuringCollectiveRaisesTypedError) {
     auto t = at::ones({1 << 16});
     pg->allreduce(t)->wait();  // everyone is connected and working
     if (rank == 2) {
-      ::raise(SIGKILL);
+      test::kill_this_rank();
     }
     try {
       for (int i = 0; i < 100; ++i) pg->allreduce(t)->wait();
