@@ -8,3 +8,4 @@
 #include "dpx/comm/types.h"
 #include "dpx/comm/work.h"
 #include "dpx/env.h"
+#include "dpx/parallel/parallel.h"
