@@ -27,6 +27,28 @@ void broadcast_group(ProcessGroup& pg, const std::vector<at::Tensor>& group, int
   }
 }
 
+std::string first_mismatch(ProcessGroup& pg, const std::vector<at::Tensor>& params,
+                           const at::Tensor& control) {
+  auto c = control.data_ptr<std::int64_t>();
+  std::int64_t i = 0;
+  for (std::size_t p = 0; p < params.size(); ++p) {
+    const auto& t = params[p];
+    for (auto size : t.sizes()) {
+      if (size != c[i++]) {
+        return c10::str("[", pg.rank(), "]: params[", p, "] in this process with sizes ",
+                        t.sizes(), " appears not to match sizes of the same param in process 0.");
+      }
+    }
+    for (auto stride : t.strides()) {
+      if (stride != c[i++]) {
+        return c10::str("[", pg.rank(), "]: params[", p, "] in this process with sizes ",
+                        t.sizes(), " appears not to match strides of the same param in process 0.");
+      }
+    }
+  }
+  return "";
+}
+
 }  // namespace
 
 void verify_params_across_ranks(ProcessGroup& pg, const std::vector<at::Tensor>& params) {
@@ -50,21 +72,15 @@ void verify_params_across_ranks(ProcessGroup& pg, const std::vector<at::Tensor>&
   }
   auto control = meta.clone();
   pg.broadcast(control, {0})->wait();
-  auto c = control.data_ptr<std::int64_t>();
-  std::int64_t i = 0;
-  for (std::size_t p = 0; p < params.size(); ++p) {
-    const auto& t = params[p];
-    for (auto size : t.sizes()) {
-      TORCH_CHECK(size == c[i++], pg.where(), "[", pg.rank(), "]: params[", p, "] in this "
-                  "process with sizes ", t.sizes(), " appears not to match sizes of the same "
-                  "param in process 0.");
-    }
-    for (auto stride : t.strides()) {
-      TORCH_CHECK(stride == c[i++], pg.where(), "[", pg.rank(), "]: params[", p, "] in this "
-                  "process with sizes ", t.sizes(), " appears not to match strides of the same "
-                  "param in process 0.");
-    }
-  }
+  const std::string mismatch = first_mismatch(pg, params, control);
+  // Rank 0 always agrees with itself: share the verdict so that every rank fails alike.
+  auto verdict = at::full({1}, mismatch.empty() ? -1 : pg.rank(), at::kLong);
+  pg.allreduce(verdict, {ReduceOp::kMax})->wait();
+  const auto bad_rank = verdict.item<std::int64_t>();
+  TORCH_CHECK(mismatch.empty(), pg.where(), mismatch);
+  TORCH_CHECK(bad_rank < 0, pg.where(), "[", pg.rank(), "]: the parameters of rank ", bad_rank,
+              " appear not to match those of process 0 (the model of rank ", bad_rank,
+              " appears not to match; its error names the parameter).");
 }
 
 void broadcast_coalesced(ProcessGroup& pg, const std::vector<at::Tensor>& tensors, int root,
