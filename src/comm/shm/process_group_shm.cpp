@@ -2,6 +2,8 @@
 
 #include <c10/util/Exception.h>
 
+#include <sched.h>
+
 #include <thread>
 
 #include "dpx/comm/errors.h"
@@ -36,14 +38,29 @@ shm::WaitOptions wait_options(const Env& env, int world) {
 
 }  // namespace
 
+void ShmWork::wait(std::chrono::milliseconds timeout) {
+  const auto end = shm::Clock::now() + std::min<shm::Clock::duration>(spin_, timeout);
+  while (!finished_.load(std::memory_order_acquire) && shm::Clock::now() < end) {
+    ::sched_yield();  // the group's thread may need this core to finish the work
+  }
+  CompletionWork::wait(timeout);
+}
+
+void ShmWork::finish(std::exception_ptr error) {
+  complete(error);
+  finished_.store(true, std::memory_order_release);
+}
+
 ShmGroup::ShmGroup(const BackendArgs& args)
-    : ProcessGroup(args.rank, args.size, args.options) {
+    : ProcessGroup(args.rank, args.size, args.options), store_(args.store) {
   TORCH_CHECK(args.options.device.is_cpu(), where(), "the shm backend works on CPU tensors "
               "only, not ", args.options.device);
   const Env env = Env::read();
   segment_ = shm::Segment::open(*args.store, rank(), size(), segment_options(env, options()),
                                 where());
-  waiter_ = std::make_unique<shm::Waiter>(*segment_, rank(), wait_options(env, size()), where());
+  const shm::WaitOptions wait = wait_options(env, size());
+  queue_spin_ = wait.spin;
+  waiter_ = std::make_unique<shm::Waiter>(*segment_, rank(), wait, where());
   channel_ = std::make_unique<shm::Channel>(*segment_, *waiter_, rank(), where());
   if (env.shm_small_bytes) {
     TORCH_CHECK(*env.shm_small_bytes >= 0, "DPX_SHM_SMALL_BYTES must be >= 0");
@@ -72,11 +89,12 @@ std::shared_ptr<Work> ShmGroup::enqueue(shm::OpKind kind, const at::Tensor& t, i
   task.desc.reduce_op = reduce_op;
   task.desc.root = root;
   task.body = std::move(body);
-  task.work = std::make_shared<CompletionWork>(options().timeout, where());
+  task.work = std::make_shared<ShmWork>(options().timeout, where(), queue_spin_);
   auto work = task.work;
   {
     std::lock_guard<std::mutex> lock(mutex_);
     queue_.push_back(std::move(task));
+    queued_.fetch_add(1, std::memory_order_release);
   }
   cv_.notify_one();
   return work;
@@ -85,12 +103,19 @@ std::shared_ptr<Work> ShmGroup::enqueue(shm::OpKind kind, const at::Tensor& t, i
 void ShmGroup::run() {
   for (;;) {
     Task task;
+    // A caller looping over small collectives issues the next one within microseconds: look
+    // for it briefly before paying for a sleep and a wake-up.
+    const auto spin_end = shm::Clock::now() + queue_spin_;
+    while (queued_.load(std::memory_order_acquire) == 0 && shm::Clock::now() < spin_end) {
+      ::sched_yield();
+    }
     {
       std::unique_lock<std::mutex> lock(mutex_);
       cv_.wait(lock, [&] { return stop_ || !queue_.empty(); });
       if (queue_.empty()) return;  // stop_ and nothing left to run
       task = std::move(queue_.front());
       queue_.pop_front();
+      queued_.fetch_sub(1, std::memory_order_relaxed);
     }
     execute(task);
   }
@@ -98,21 +123,21 @@ void ShmGroup::run() {
 
 void ShmGroup::execute(Task& task) {
   if (broken_) {
-    task.work->complete(broken_);
+    task.work->finish(broken_);
     return;
   }
   try {
     channel_->begin(task.desc, shm::Clock::now() + options().timeout);
     task.body(*channel_);
     task.body = nullptr;  // drop the tensors before waking the caller
-    task.work->complete();
+    task.work->finish();
   } catch (const shm::MismatchError&) {
-    task.work->complete(std::current_exception());  // every rank raised it; still in step
+    task.work->finish(std::current_exception());  // every rank raised it; still in step
   } catch (const std::exception& e) {
     // Timeouts and lost peers were already announced to the peers by the waiter.
     waiter_->abort(shm::AbortKind::kOther, e.what());
     broken_ = std::current_exception();
-    task.work->complete(broken_);
+    task.work->finish(broken_);
   }
 }
 

@@ -3,6 +3,8 @@
 // CompletionWork at once and block only in Work::wait.
 #pragma once
 
+#include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <deque>
 #include <exception>
@@ -19,6 +21,21 @@
 #include "dpx/comm/process_group.h"
 
 namespace dpx::detail {
+
+// A CompletionWork whose wait() first watches a flag for a moment: a small collective finishes
+// within microseconds, sooner than a sleeping caller could be woken.
+class ShmWork : public CompletionWork {
+ public:
+  ShmWork(std::chrono::milliseconds timeout, std::string where, std::chrono::microseconds spin)
+      : CompletionWork(timeout, std::move(where)), spin_(spin) {}
+  void wait(std::chrono::milliseconds timeout) override;
+  using Work::wait;
+  void finish(std::exception_ptr error = nullptr);
+
+ private:
+  std::chrono::microseconds spin_;
+  std::atomic<bool> finished_{false};
+};
 
 class ShmGroup : public ProcessGroup {
  public:
@@ -42,7 +59,7 @@ class ShmGroup : public ProcessGroup {
   struct Task {
     shm::OpDescriptor desc;
     std::function<void(shm::Channel&)> body;
-    std::shared_ptr<CompletionWork> work;
+    std::shared_ptr<ShmWork> work;
   };
 
   std::shared_ptr<Work> enqueue(shm::OpKind kind, const at::Tensor& t, int reduce_op, int root,
@@ -50,6 +67,8 @@ class ShmGroup : public ProcessGroup {
   void run();
   void execute(Task& task);
 
+  // Kept for the group's life: on rank 0 it may host the TCP store the other ranks still use.
+  std::shared_ptr<Store> store_;
   std::unique_ptr<shm::Segment> segment_;
   std::unique_ptr<shm::Waiter> waiter_;
   std::unique_ptr<shm::Channel> channel_;
@@ -59,6 +78,8 @@ class ShmGroup : public ProcessGroup {
   std::mutex mutex_;
   std::condition_variable cv_;
   std::deque<Task> queue_;
+  std::atomic<int> queued_{0};  // queue_.size(), readable without the mutex
+  std::chrono::microseconds queue_spin_{0};
   bool stop_ = false;
   std::thread thread_;
 };

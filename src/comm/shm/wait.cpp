@@ -2,6 +2,7 @@
 
 #include <linux/futex.h>
 #include <poll.h>
+#include <sched.h>
 #include <signal.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -85,6 +86,9 @@ bool Waiter::spin_until(const RankControl& c, std::uint32_t target) const {
       cpu_relax();
     }
     if (Clock::now() >= end) return false;
+    // Hand the core over if anything else wants it (the awaited peer, when ranks outnumber
+    // cores); returns at once otherwise.
+    ::sched_yield();
   }
 }
 
