@@ -136,6 +136,23 @@ TEST(ShmBackend, QueuedCollectivesRunInIssueOrder) {
   test::expect_all_ok(results);
 }
 
+TEST(ShmBackend, WaitWithAShortTimeoutReturnsWhileTheCollectiveRuns) {
+  test::StoreServer server;
+  auto results = test::run_processes(2, [&](int rank) {
+    auto pg = new_process_group("shm", server.client(), rank, 2);
+    auto t = at::ones({1000});
+    if (rank == 1) std::this_thread::sleep_for(milliseconds(800));
+    auto work = pg->allreduce(t);
+    if (rank == 0) {
+      EXPECT_THROW(work->wait(milliseconds(50)), TimeoutError);  // rank 1 is not there yet
+      EXPECT_FALSE(work->is_completed());
+    }
+    work->wait();  // the background thread finishes it once rank 1 joins
+    EXPECT_TRUE(t.equal(at::full({1000}, 2.0f)));
+  }, {std::chrono::seconds(30)});
+  test::expect_all_ok(results);
+}
+
 TEST(ShmBackend, PeerKilledMidCollectiveRaisesPeerLost) {
   test::StoreServer server;
   // The group timeout is far beyond the harness's: only liveness checks can end this in time.

@@ -4,6 +4,7 @@
 #include <cstring>
 #include <vector>
 
+#include "comm/shm/copy.h"
 #include "comm/shm/reduce.h"
 
 namespace dpx::detail::shm {
@@ -47,8 +48,9 @@ void allreduce_small(Channel& ch, at::Tensor& t, ReduceOp op) {
   ch.next_round();
 }
 
-void allreduce_large(Channel& ch, at::Tensor& t, ReduceOp op) {
+void allreduce_large(Channel& ch, at::Tensor& t, ReduceOp op, const AlgorithmOptions& options) {
   const std::size_t es = t.element_size();
+  const bool stream = t.numel() * es >= options.streaming_bytes;
   const int world = ch.world(), me = ch.rank();
   std::vector<const void*> srcs(world);
   for_each_round(t.numel(), ch.slot_bytes() / es, [&](std::int64_t offset, std::int64_t m) {
@@ -66,7 +68,11 @@ void allreduce_large(Channel& ch, at::Tensor& t, ReduceOp op) {
     ch.sync();
     for (int q = 0; q < world; ++q) {
       const Slice s = slice(m, world, q, es);
-      std::memcpy(data + s.begin * es, ch.slot(q) + s.begin * es, s.size * es);
+      if (stream) {
+        copy_streaming(data + s.begin * es, ch.slot(q) + s.begin * es, s.size * es);
+      } else {
+        std::memcpy(data + s.begin * es, ch.slot(q) + s.begin * es, s.size * es);
+      }
     }
     ch.next_round();
   });
@@ -86,7 +92,7 @@ void allreduce(Channel& ch, at::Tensor& tensor, ReduceOp op, const AlgorithmOpti
   } else if (n <= std::min(options.small_bytes, ch.slot_bytes())) {
     allreduce_small(ch, tensor, op);
   } else {
-    allreduce_large(ch, tensor, op);
+    allreduce_large(ch, tensor, op, options);
   }
 }
 

@@ -21,6 +21,8 @@ namespace dpx::detail::shm {
 struct AlgorithmOptions {
   // allreduce messages up to this size take the one-post path.
   std::size_t small_bytes = 64 << 10;
+  // allreduce results at least this large are written past the cache (copy.h).
+  std::size_t streaming_bytes = 16 << 20;
 };
 
 void allreduce(Channel& ch, at::Tensor& tensor, ReduceOp op, const AlgorithmOptions& options);

@@ -39,6 +39,9 @@ shm::WaitOptions wait_options(const Env& env, int world) {
 }  // namespace
 
 void ShmWork::wait(std::chrono::milliseconds timeout) {
+  if (!finished() && timeout >= default_timeout_) {
+    if (auto group = group_.lock()) group->help(*this);
+  }
   const auto end = shm::Clock::now() + std::min<shm::Clock::duration>(spin_, timeout);
   while (!finished_.load(std::memory_order_acquire) && shm::Clock::now() < end) {
     ::sched_yield();  // the group's thread may need this core to finish the work
@@ -59,7 +62,7 @@ ShmGroup::ShmGroup(const BackendArgs& args)
   segment_ = shm::Segment::open(*args.store, rank(), size(), segment_options(env, options()),
                                 where());
   const shm::WaitOptions wait = wait_options(env, size());
-  queue_spin_ = wait.spin;
+  spin_ = wait.spin;
   waiter_ = std::make_unique<shm::Waiter>(*segment_, rank(), wait, where());
   channel_ = std::make_unique<shm::Channel>(*segment_, *waiter_, rank(), where());
   if (env.shm_small_bytes) {
@@ -89,12 +92,11 @@ std::shared_ptr<Work> ShmGroup::enqueue(shm::OpKind kind, const at::Tensor& t, i
   task.desc.reduce_op = reduce_op;
   task.desc.root = root;
   task.body = std::move(body);
-  task.work = std::make_shared<ShmWork>(options().timeout, where(), queue_spin_);
+  task.work = std::make_shared<ShmWork>(weak_from_this(), options().timeout, where(), spin_);
   auto work = task.work;
   {
     std::lock_guard<std::mutex> lock(mutex_);
     queue_.push_back(std::move(task));
-    queued_.fetch_add(1, std::memory_order_release);
   }
   cv_.notify_one();
   return work;
@@ -103,21 +105,44 @@ std::shared_ptr<Work> ShmGroup::enqueue(shm::OpKind kind, const at::Tensor& t, i
 void ShmGroup::run() {
   for (;;) {
     Task task;
-    // A caller looping over small collectives issues the next one within microseconds: look
-    // for it briefly before paying for a sleep and a wake-up.
-    const auto spin_end = shm::Clock::now() + queue_spin_;
-    while (queued_.load(std::memory_order_acquire) == 0 && shm::Clock::now() < spin_end) {
-      ::sched_yield();
-    }
     {
       std::unique_lock<std::mutex> lock(mutex_);
-      cv_.wait(lock, [&] { return stop_ || !queue_.empty(); });
-      if (queue_.empty()) return;  // stop_ and nothing left to run
+      cv_.wait(lock, [&] { return !executing_ && (stop_ || !queue_.empty()); });
+      if (queue_.empty()) return;  // stopped, and nothing left to run
+      executing_ = true;
       task = std::move(queue_.front());
       queue_.pop_front();
-      queued_.fetch_sub(1, std::memory_order_relaxed);
     }
     execute(task);
+    release();
+  }
+}
+
+bool ShmGroup::claim(Task& task) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (executing_ || queue_.empty()) return false;
+  executing_ = true;
+  task = std::move(queue_.front());
+  queue_.pop_front();
+  return true;
+}
+
+void ShmGroup::release() {
+  bool more = false;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    executing_ = false;
+    more = stop_ || !queue_.empty();
+  }
+  if (more) cv_.notify_all();  // wake the group's thread only when it has something to do
+}
+
+void ShmGroup::help(const ShmWork& work) {
+  Task task;
+  while (!work.finished() && claim(task)) {
+    execute(task);
+    task = Task();
+    release();
   }
 }
 
@@ -177,7 +202,7 @@ std::shared_ptr<Work> ShmGroup::do_barrier() {
 }
 
 std::shared_ptr<ProcessGroup> make_shm_group(const BackendArgs& args) {
-  return std::make_shared<ShmGroup>(args);
+  return std::make_shared<ShmGroup>(args);  // works reach it through weak_from_this()
 }
 
 }  // namespace dpx::detail

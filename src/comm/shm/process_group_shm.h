@@ -22,27 +22,40 @@
 
 namespace dpx::detail {
 
-// A CompletionWork whose wait() first watches a flag for a moment: a small collective finishes
-// within microseconds, sooner than a sleeping caller could be woken.
+class ShmGroup;
+
+// Note [Helping]
+// A thread wake-up costs more here than a small all-reduce, and the caller of wait() is idle
+// anyway: so wait() first runs queued collectives itself (in issue order, one thread at a time)
+// until its own is done, then watches a flag for a moment, and only then sleeps. It helps only
+// when it may block as long as the collective's own deadline (the default wait()), so a wait
+// with a shorter timeout still returns on time.
 class ShmWork : public CompletionWork {
  public:
-  ShmWork(std::chrono::milliseconds timeout, std::string where, std::chrono::microseconds spin)
-      : CompletionWork(timeout, std::move(where)), spin_(spin) {}
+  ShmWork(std::weak_ptr<ShmGroup> group, std::chrono::milliseconds timeout, std::string where,
+          std::chrono::microseconds spin)
+      : CompletionWork(timeout, std::move(where)), group_(std::move(group)), spin_(spin) {}
   void wait(std::chrono::milliseconds timeout) override;
   using Work::wait;
   void finish(std::exception_ptr error = nullptr);
+  bool finished() const { return finished_.load(std::memory_order_acquire); }
 
  private:
+  std::weak_ptr<ShmGroup> group_;
   std::chrono::microseconds spin_;
   std::atomic<bool> finished_{false};
 };
 
-class ShmGroup : public ProcessGroup {
+class ShmGroup : public ProcessGroup, public std::enable_shared_from_this<ShmGroup> {
  public:
   explicit ShmGroup(const BackendArgs& args);
   // Runs the collectives still queued (each ends within the timeout), then unmaps.
   ~ShmGroup() override;
   std::string backend() const override { return "shm"; }
+
+  // Runs queued collectives on the calling thread until `work` finished or another thread is
+  // running one (Note [Helping]).
+  void help(const ShmWork& work);
 
   // The segment's name while it existed (for tests: it must be gone from /dev/shm).
   const std::string& segment_name() const { return segment_->name(); }
@@ -65,6 +78,8 @@ class ShmGroup : public ProcessGroup {
   std::shared_ptr<Work> enqueue(shm::OpKind kind, const at::Tensor& t, int reduce_op, int root,
                                 std::function<void(shm::Channel&)> body);
   void run();
+  bool claim(Task& task);  // takes the next collective unless one is running
+  void release();          // after running a claimed one
   void execute(Task& task);
 
   // Kept for the group's life: on rank 0 it may host the TCP store the other ranks still use.
@@ -78,9 +93,9 @@ class ShmGroup : public ProcessGroup {
   std::mutex mutex_;
   std::condition_variable cv_;
   std::deque<Task> queue_;
-  std::atomic<int> queued_{0};  // queue_.size(), readable without the mutex
-  std::chrono::microseconds queue_spin_{0};
+  bool executing_ = false;  // a thread runs a claimed collective
   bool stop_ = false;
+  std::chrono::microseconds spin_{0};
   std::thread thread_;
 };
 
