@@ -12,6 +12,8 @@
 namespace dpx::detail {
 namespace {
 
+constexpr std::chrono::milliseconds kHelpPoll{1};
+
 shm::SegmentOptions segment_options(const Env& env, const ProcessGroup::Options& o) {
   shm::SegmentOptions s;
   if (env.shm_slot_bytes) {
@@ -25,9 +27,9 @@ shm::SegmentOptions segment_options(const Env& env, const ProcessGroup::Options&
 
 shm::WaitOptions wait_options(const Env& env, int world) {
   shm::WaitOptions w;
-  // With more ranks than cores a spinning rank takes the core its peer needs: sleep at once.
+  // With more ranks than cores, spin less: the spin yields, but a peer may need the core.
   if (world > static_cast<int>(std::thread::hardware_concurrency())) {
-    w.spin = std::chrono::microseconds(0);
+    w.spin = std::chrono::microseconds(20);
   }
   if (env.shm_spin_us) {
     TORCH_CHECK(*env.shm_spin_us >= 0, "DPX_SHM_SPIN_US must be >= 0, got ", *env.shm_spin_us);
@@ -55,7 +57,7 @@ void ShmWork::finish(std::exception_ptr error) {
 }
 
 ShmGroup::ShmGroup(const BackendArgs& args)
-    : ProcessGroup(args.rank, args.size, args.options), store_(args.store) {
+    : ProcessGroup(args.rank, args.size, args.options), where_(where()), store_(args.store) {
   TORCH_CHECK(args.options.device.is_cpu(), where(), "the shm backend works on CPU tensors "
               "only, not ", args.options.device);
   const Env env = Env::read();
@@ -92,13 +94,15 @@ std::shared_ptr<Work> ShmGroup::enqueue(shm::OpKind kind, const at::Tensor& t, i
   task.desc.reduce_op = reduce_op;
   task.desc.root = root;
   task.body = std::move(body);
-  task.work = std::make_shared<ShmWork>(weak_from_this(), options().timeout, where(), spin_);
+  task.work = std::make_shared<ShmWork>(weak_from_this(), options().timeout, where_, spin_);
   auto work = task.work;
+  bool notify = true;
   {
     std::lock_guard<std::mutex> lock(mutex_);
     queue_.push_back(std::move(task));
+    notify = !callers_help_;
   }
-  cv_.notify_one();
+  if (notify) cv_.notify_one();
   return work;
 }
 
@@ -107,8 +111,18 @@ void ShmGroup::run() {
     Task task;
     {
       std::unique_lock<std::mutex> lock(mutex_);
-      cv_.wait(lock, [&] { return !executing_ && (stop_ || !queue_.empty()); });
+      auto ready = [&] { return !executing_ && (stop_ || !queue_.empty()); };
+      // While callers help, enqueue does not wake this thread; polling bounds how long a
+      // collective nobody waits for can sit in the queue (Note [Helping]).
+      while (!ready()) {
+        if (callers_help_) {
+          cv_.wait_for(lock, kHelpPoll);
+        } else {
+          cv_.wait(lock);
+        }
+      }
       if (queue_.empty()) return;  // stopped, and nothing left to run
+      callers_help_ = false;  // this thread runs collectives: callers are not waiting for them
       executing_ = true;
       task = std::move(queue_.front());
       queue_.pop_front();
@@ -140,6 +154,10 @@ void ShmGroup::release() {
 void ShmGroup::help(const ShmWork& work) {
   Task task;
   while (!work.finished() && claim(task)) {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      callers_help_ = true;
+    }
     execute(task);
     task = Task();
     release();

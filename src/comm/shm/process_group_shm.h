@@ -29,7 +29,10 @@ class ShmGroup;
 // anyway: so wait() first runs queued collectives itself (in issue order, one thread at a time)
 // until its own is done, then watches a flag for a moment, and only then sleeps. It helps only
 // when it may block as long as the collective's own deadline (the default wait()), so a wait
-// with a shorter timeout still returns on time.
+// with a shorter timeout still returns on time. While callers help, issuing a collective does
+// not wake the group's thread (that wake-up would take the core a peer needs); the thread then
+// polls the queue every millisecond instead, and the first collective it runs itself ends the
+// mode.
 class ShmWork : public CompletionWork {
  public:
   ShmWork(std::weak_ptr<ShmGroup> group, std::chrono::milliseconds timeout, std::string where,
@@ -82,6 +85,7 @@ class ShmGroup : public ProcessGroup, public std::enable_shared_from_this<ShmGro
   void release();          // after running a claimed one
   void execute(Task& task);
 
+  std::string where_;  // where(), computed once: it costs a gethostname()
   // Kept for the group's life: on rank 0 it may host the TCP store the other ranks still use.
   std::shared_ptr<Store> store_;
   std::unique_ptr<shm::Segment> segment_;
@@ -94,6 +98,7 @@ class ShmGroup : public ProcessGroup, public std::enable_shared_from_this<ShmGro
   std::condition_variable cv_;
   std::deque<Task> queue_;
   bool executing_ = false;  // a thread runs a claimed collective
+  bool callers_help_ = false;  // the last collective ran on a waiting caller's thread
   bool stop_ = false;
   std::chrono::microseconds spin_{0};
   std::thread thread_;
