@@ -58,6 +58,9 @@ Env Env::read() {
     e.debug = parse_debug("TORCH_DISTRIBUTED_DEBUG", *t);
   }
   e.backend = get("DPX_BACKEND");
+  e.shm_slot_bytes = get_int("DPX_SHM_SLOT_BYTES");
+  e.shm_small_bytes = get_int("DPX_SHM_SMALL_BYTES");
+  e.shm_spin_us = get_int("DPX_SHM_SPIN_US");
   return e;
 }
 

@@ -31,6 +31,12 @@ struct Env {
   DebugLevel debug = DebugLevel::kOff;
   // DPX_BACKEND: replaces the backend "auto" (shm, gloo).
   std::optional<std::string> backend;
+  // Tuning of the shm backend (docs/backends.md): bytes of one data slot (DPX_SHM_SLOT_BYTES),
+  // largest all-reduce on the one-post path (DPX_SHM_SMALL_BYTES), busy-wait before sleeping
+  // in microseconds (DPX_SHM_SPIN_US).
+  std::optional<int> shm_slot_bytes;
+  std::optional<int> shm_small_bytes;
+  std::optional<int> shm_spin_us;
 
   // Reads the process environment now. Malformed values throw, naming the variable.
   static Env read();

@@ -88,7 +88,8 @@ std::string pick_backend(const std::string& asked) {
   if (b == "auto") {
     b = Env::read().backend.value_or("auto");
   }
-  TORCH_CHECK(b == "auto" || b == "gloo", "unknown backend '", b, "'; use auto or gloo");
+  TORCH_CHECK(b == "auto" || b == "shm" || b == "gloo", "unknown backend '", b,
+              "'; use auto, shm or gloo");
   return b;
 }
 
@@ -101,7 +102,8 @@ std::shared_ptr<ProcessGroup> new_process_group(const std::string& backend,
   check_rank(rank, size);
   const std::string b = pick_backend(backend);
   detail::BackendArgs args{std::move(store), rank, size, options};
-  return detail::make_gloo_group(args);
+  const bool shm = b == "shm" || (b == "auto" && detail::all_ranks_on_one_host(args));
+  return shm ? detail::make_shm_group(args) : detail::make_gloo_group(args);
 }
 
 std::shared_ptr<ProcessGroup> init_process_group(InitOptions opts) {
