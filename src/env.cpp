@@ -58,6 +58,16 @@ Env Env::read() {
     e.debug = parse_debug("TORCH_DISTRIBUTED_DEBUG", *t);
   }
   e.backend = get("DPX_BACKEND");
+  e.agent_store = get("DPX_AGENT_STORE");
+  e.heartbeat_key = get("DPX_HEARTBEAT_KEY");
+  if (auto h = get("DPX_HEARTBEAT_TIMEOUT")) {
+    char* end = nullptr;
+    double x = std::strtod(h->c_str(), &end);
+    TORCH_CHECK(end != h->c_str() && *end == '\0' && x > 0,
+                "environment variable DPX_HEARTBEAT_TIMEOUT must be a positive number of "
+                "seconds, got '", *h, "'");
+    e.heartbeat_timeout = x;
+  }
   return e;
 }
 

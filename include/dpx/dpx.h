@@ -8,3 +8,6 @@
 #include "dpx/comm/types.h"
 #include "dpx/comm/work.h"
 #include "dpx/env.h"
+#include "dpx/launch/error_handler.h"
+#include "dpx/launch/heartbeat.h"
+#include "dpx/launch/spawn.h"
