@@ -71,10 +71,15 @@ int allreduce(const std::string& dir, double seconds) {
   const auto until = std::chrono::steady_clock::now() +
                      std::chrono::milliseconds(static_cast<long>(seconds * 1000));
   double sum = 0;
+  bool announced = false;
   do {
     auto t = torch::full({4}, static_cast<float>(pg->rank() + 1));
     pg->allreduce(t)->wait();
     sum = t[0].item<double>();
+    if (!announced) {  // tests wait for this before they break something
+      std::ofstream(dir + "/running_" + var("RANK") + "_" + var("TORCHELASTIC_RESTART_COUNT"));
+      announced = true;
+    }
     sleep_s(0.02);
   } while (std::chrono::steady_clock::now() < until);
   std::ofstream(dir + "/sum_" + var("RANK")) << sum << " " << pg->size() << "\n";

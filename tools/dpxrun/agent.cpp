@@ -261,7 +261,15 @@ int Agent::run() {
     }
     failures_.clear();
     start_workers(r);
-    const Outcome outcome = monitor(r);
+    Outcome outcome;
+    try {
+      outcome = monitor(r);
+    } catch (const dpx::DistributedError& e) {
+      stop(SIGTERM);
+      return finish_failed(std::string("lost contact with the rendezvous store (its host agent "
+                                       "died or the network is cut); stopped the local workers. ") +
+                           e.what());
+    }
     if (outcome == Outcome::kSucceeded) {
       pump_.stop(1.0);
       rdzv_->finish(config_.exit_barrier_timeout);
