@@ -6,6 +6,7 @@
 #include <fstream>
 #include <set>
 #include <sstream>
+#include <thread>
 
 #include "launcher_harness.h"
 
@@ -105,6 +106,17 @@ TEST(Launcher, PetVariablesWorkAndFlagsWin) {
   {
     TempDir dir;
     LaunchOptions o;
+    o.set_env = {{"PET_NPROC_PER_NODE", "auto"}, {"PET_RDZV_BACKEND", "c10d"},
+                 {"PET_RDZV_ENDPOINT", "127.0.0.1:0"}, {"PET_RDZV_ID", "pet"}};
+    auto r = run_launcher(cmd({}, {"env", dir.path()}), seconds(60), o);
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    auto envs = read_worker_envs(dir.path());
+    EXPECT_EQ(envs.size(), std::thread::hardware_concurrency());
+    EXPECT_EQ(envs[0]["TORCHELASTIC_RUN_ID"], "pet");
+  }
+  {
+    TempDir dir;
+    LaunchOptions o;
     o.set_env = {{"PET_NPROC_PER_NODE", "3"}, {"PET_MAX_RESTARTS", "4"}};
     auto r = run_launcher(cmd({"--standalone", "--nproc-per-node", "1", "--max_restarts=2"},
                               {"env", dir.path()}),
@@ -195,26 +207,35 @@ TEST(Launcher, ErrorHandlerReportsUncaughtExceptionAndCrash) {
   EXPECT_NE(s.output.find("exitcode  : -11"), std::string::npos) << s.output;
 }
 
-TEST(Launcher, SigintReachesEveryWorkerAndLeavesNoOrphan) {
-  TempDir dir;
-  Launch l(cmd({"--standalone", "--nproc-per-node", "3", "--stop-grace", "2"},
-               {"sleep", dir.path()}));
-  std::vector<pid_t> pids;
-  ASSERT_TRUE(wait_until([&] {
+// Starts 3 sleeping workers, sends SIGINT to dpxrun, returns the exit and the workers' pids.
+LaunchResult interrupt_sleepers(const std::string& dir, const std::string& how,
+                                std::vector<pid_t>& pids) {
+  Launch l(cmd({"--standalone", "--nproc-per-node", "3", "--stop-grace", "1"},
+               {"sleep", dir, how}));
+  const bool started = wait_until([&] {
     pids.clear();
     for (int r = 0; r < 3; ++r) {
-      std::ifstream in(dir.path() + "/pid_" + std::to_string(r));
+      std::ifstream in(dir + "/pid_" + std::to_string(r));
       pid_t p = 0;
       if (in >> p) pids.push_back(p);
     }
     return pids.size() == 3;
-  }, seconds(30))) << l.output_so_far();
-  ASSERT_EQ(kill(l.pid(), SIGINT), 0);
-  auto r = l.wait(seconds(10));
-  EXPECT_FALSE(r.timed_out);
-  EXPECT_EQ(r.exit_code, 128 + SIGINT) << r.output;
-  EXPECT_NE(r.output.find("got SIGINT; forwarding it to the workers"), std::string::npos);
-  for (pid_t p : pids) EXPECT_FALSE(process_exists(p)) << "worker " << p << " survived";
+  }, seconds(30));
+  EXPECT_TRUE(started) << l.output_so_far();
+  kill(l.pid(), SIGINT);
+  return l.wait(seconds(10));
+}
+
+TEST(Launcher, SigintReachesEveryWorkerAndLeavesNoOrphan) {
+  for (const char* how : {"plain", "stubborn"}) {  // stubborn workers need the SIGKILL
+    TempDir dir;
+    std::vector<pid_t> pids;
+    auto r = interrupt_sleepers(dir.path(), how, pids);
+    EXPECT_FALSE(r.timed_out) << how;
+    EXPECT_EQ(r.exit_code, 128 + SIGINT) << how << "\n" << r.output;
+    EXPECT_NE(r.output.find("got SIGINT; forwarding it to the workers"), std::string::npos);
+    for (pid_t p : pids) EXPECT_FALSE(process_exists(p)) << how << " worker " << p << " survived";
+  }
 }
 
 TEST(Launcher, ConsoleLinesArePrefixedAndLogFilesFollowTorchrunLayout) {

@@ -3,7 +3,7 @@
 //   fail-until N DIR        record; rank 1 fails (exit 3, error file) while restart count < N
 //   throw                   uncaught exception (the error handler writes the error file)
 //   segv                    crash with SIGSEGV (the error handler writes the error file)
-//   sleep DIR               record pid in DIR, sleep (for signal tests)
+//   sleep DIR [stubborn]    record pid in DIR, sleep (stubborn: ignore SIGINT and SIGTERM)
 //   wait-world W DIR        record; exit 0 once WORLD_SIZE >= W, else wait to be restarted
 //   allreduce DIR [SECONDS] gloo all-reduce of rank+1, write the sum to DIR; repeat SECONDS
 //                           (first attempt only)
@@ -113,6 +113,10 @@ int main(int argc, char** argv) {
     raise(SIGSEGV);
   }
   if (mode == "sleep") {
+    if (arg3 == "stubborn") {  // only SIGKILL ends it
+      signal(SIGINT, SIG_IGN);
+      signal(SIGTERM, SIG_IGN);
+    }
     std::ofstream(arg2 + "/pid_" + var("RANK")) << getpid() << "\n";
     sleep_s(60);
     return 0;

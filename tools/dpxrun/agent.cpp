@@ -91,7 +91,7 @@ Agent::Agent(Config config) : config_(std::move(config)), host_(hostname()) {
 
 Agent::~Agent() {
   stop(SIGKILL);
-  if (temp_log_dir_) {
+  if (temp_log_dir_ && succeeded_) {  // after a failure the summary points into it: keep it
     std::error_code ignored;
     std::filesystem::remove_all(base_log_dir_, ignored);
   }
@@ -273,6 +273,7 @@ int Agent::run() {
     if (outcome == Outcome::kSucceeded) {
       pump_.stop(1.0);
       rdzv_->finish(config_.exit_barrier_timeout);
+      succeeded_ = true;
       return 0;
     }
     if (outcome == Outcome::kSignal) {

@@ -49,7 +49,8 @@ class Agent {
   std::string host_;
   std::string program_;
   std::string base_log_dir_;
-  bool temp_log_dir_ = false;
+  bool temp_log_dir_ = false;  // made by us (no --log-dir): removed when the job succeeds
+  bool succeeded_ = false;
   std::string run_log_dir_;
   std::unique_ptr<Rendezvous> rdzv_;
   std::vector<Worker> workers_;
