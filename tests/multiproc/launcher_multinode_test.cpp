@@ -142,10 +142,12 @@ TEST(LauncherMultiNode, TwoByTwoAllreduceOverGloo) {
 
 TEST(LauncherMultiNode, KilledAgentIsDroppedAndTheSurvivorCarriesOn) {
   TempDir dir;
-  const std::string endpoint = "127.0.0.1:" + std::to_string(free_tcp_port());
+  const int port = free_tcp_port();
+  const std::string endpoint = "127.0.0.1:" + std::to_string(port);
   auto flags = c10d(endpoint, "1:2", {"--max-restarts", "1"});
-  Launch a(cmd(flags, {"allreduce", dir.path(), "30"}));  // started first: hosts the store
-  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  Launch a(cmd(flags, {"allreduce", dir.path(), "30"}));
+  // The survivor must be the agent serving the store (its loss ends every agent).
+  ASSERT_TRUE(wait_until([&] { return port_listening(port); }, seconds(30))) << a.output_so_far();
   Launch b(cmd(flags, {"allreduce", dir.path(), "30"}));
   ASSERT_TRUE(all_reducing(dir.path(), 4, seconds(30))) << a.output_so_far();
   kill(b.pid(), SIGKILL);

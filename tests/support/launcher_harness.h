@@ -69,6 +69,8 @@ class TempDir {
 std::vector<std::map<std::string, std::string>> read_worker_envs(const std::string& dir);
 
 int free_tcp_port();
+// Whether something accepts TCP connections on 127.0.0.1:port.
+bool port_listening(int port);
 bool wait_until(const std::function<bool()>& condition, std::chrono::milliseconds timeout);
 bool process_exists(pid_t pid);
 

@@ -293,22 +293,27 @@ int Agent::run() {
               : "a new node is waiting to join; re-forming the group (not counted as a restart)");
       continue;
     }
-    const Failure& root = failures_.front();
-    bool restart = false;
-    try {
-      restart = rdzv_->report_failure(failure_line(root));
-    } catch (const dpx::DistributedError& e) {
-      say(std::string("cannot reach the rendezvous store to restart: ") + e.what());
-    }
-    if (restart) {
-      say("worker " + failure_line(root) + "; restarting the worker group (" +
-          std::to_string(r.restart_count + 1) + " of --max-restarts " +
-          std::to_string(config_.max_restarts) + ")");
-      continue;
-    }
-    std::fprintf(stderr, "%s", failure_summary(config_.program[0], failures_).c_str());
-    return 1;
+    const int code = after_failure(r);
+    if (code >= 0) return code;
   }
+}
+
+int Agent::after_failure(const RoundInfo& r) {
+  const Failure& root = failures_.front();
+  bool restart = false;
+  try {
+    restart = rdzv_->report_failure(failure_line(root));
+  } catch (const dpx::DistributedError& e) {
+    say(std::string("cannot reach the rendezvous store to restart: ") + e.what());
+  }
+  if (restart) {
+    say("worker " + failure_line(root) + "; restarting the worker group (" +
+        std::to_string(r.restart_count + 1) + " of --max-restarts " +
+        std::to_string(config_.max_restarts) + ")");
+    return -1;
+  }
+  std::fprintf(stderr, "%s", failure_summary(config_.program[0], failures_).c_str());
+  return 1;
 }
 
 }  // namespace dpxrun

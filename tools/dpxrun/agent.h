@@ -44,6 +44,8 @@ class Agent {
   bool check_heartbeats(const RoundInfo& round);
   void stop(int sig);
   int finish_failed(const std::string& why);
+  // Restart (-1) or the exit code, after this node's workers failed and were stopped.
+  int after_failure(const RoundInfo& round);
 
   Config config_;
   std::string host_;

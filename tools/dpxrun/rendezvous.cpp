@@ -264,6 +264,7 @@ void Rendezvous::finish(double timeout_seconds) {
     while (store_->add(counter, 0) < count && now() < deadline) {
       const State st = read_state();
       if (st.failed || st.round != current_.round) return;
+      if (interrupted_ && interrupted_()) return;
       std::this_thread::sleep_for(std::chrono::milliseconds(50));
     }
   };
