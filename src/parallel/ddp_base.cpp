@@ -82,7 +82,9 @@ void DdpBase::pre_forward() {
                                     : static_cast<double>(active.item<std::int64_t>()));
   }
   reducer_->prepare_for_forward();
-  sync_buffers();
+  // Only synchronised forwards broadcast buffers: no_sync iterations stay free of collectives,
+  // which keeps them compatible with join() (a joined rank shadows synchronised ones only).
+  if (forward_synced_) sync_buffers();
 }
 
 void DdpBase::post_forward(const std::vector<at::Tensor>& outputs) {

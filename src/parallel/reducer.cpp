@@ -81,7 +81,14 @@ void Reducer::mark_variable_ready(std::size_t index) {
   }
 }
 
+// Note [One rank]: with a single rank, no hook and no bucket views, the average is the local
+// gradient itself, so it is neither copied into the bucket nor back (bit-identical result).
+bool Reducer::passthrough() const {
+  return pg_->size() == 1 && !has_hook_ && !options_.gradient_as_bucket_view;
+}
+
 void Reducer::copy_grad_to_bucket(std::size_t index) {
+  if (passthrough()) return;
   at::NoGradGuard no_grad;
   const auto& loc = locators_[index];
   auto& view = buckets_[loc.bucket].views[loc.slot];
@@ -131,6 +138,8 @@ void Reducer::launch_bucket(std::size_t b) {
     gb.process_group = pg_;
     bucket.future = hook_(hook_state_, gb);
     TORCH_CHECK(bucket.future, pg_->where(), "the comm hook returned no future for bucket ", b);
+  } else if (pg_->size() == 1) {
+    bucket.future = Future::ready(bucket.buffer);  // the sum over one rank is the buffer itself
   } else {
     bucket.future = Future::from_work(pg_->allreduce(bucket.buffer), bucket.buffer);
   }
@@ -182,6 +191,7 @@ void Reducer::finalize_backward() {
 }
 
 void Reducer::write_results() {
+  if (passthrough()) return;
   at::NoGradGuard no_grad;
   for (std::size_t i = 0; i < params_.size(); ++i) {
     if (globally_unused_[i]) continue;  // unused on every rank: .grad stays as it was

@@ -98,6 +98,7 @@ class Reducer {
   void check_prior_reduction_finished();
   std::vector<std::size_t> find_unused(const std::vector<at::Tensor>& outputs) const;
   bool reduces_used_map() const;
+  bool passthrough() const;
   std::string names_of(const std::vector<std::size_t>& indices) const;
 
   std::vector<at::Tensor> params_;

@@ -208,3 +208,34 @@ TEST(DdpCheckpoint, WrappedModuleStateLoadsIntoPlainModule) {
 
 }  // namespace
 }  // namespace dpx
+
+namespace dpx {
+namespace {
+
+// One rank: the same steps as plain LibTorch, bit for bit (Note [One rank] in reducer.cpp),
+// with and without bucket views.
+TEST(DdpOneRank, SameParametersAsPlainLibTorch) {
+  for (bool view : {false, true}) {
+    test::StoreServer server;
+    auto pg = new_process_group("gloo", server.client(), 0, 1);
+    auto batches = test::make_batches(kSteps, 1, kPerRank, {16});
+    torch::manual_seed(7);
+    test::Mlp net;
+    torch::manual_seed(7);
+    test::Mlp ref;
+    DistributedDataParallelOptions o;
+    o.gradient_as_bucket_view = view;
+    DistributedDataParallel ddp(net, pg, o);
+    train(ddp, ddp.parameters(), kSteps, [&](int s) {
+      return torch::nn::functional::cross_entropy(ddp->forward(batches[s].x), batches[s].y);
+    });
+    train(ref, ref->parameters(), kSteps, [&](int s) {
+      return torch::nn::functional::cross_entropy(ref->forward(batches[s].x), batches[s].y);
+    });
+    test::expect_params_close(detached(net), detached(ref), 0, 1e-7);
+    EXPECT_EQ(ddp.stats().iterations, kSteps);
+  }
+}
+
+}  // namespace
+}  // namespace dpx

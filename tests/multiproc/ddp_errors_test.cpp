@@ -110,7 +110,7 @@ TEST(DdpErrors, UnusedParameterNamedInDebugMode) {
     return "did not receive grad for rank " + std::to_string(rank) + ": net2.weight, net2.bias";
   };
   expect_every_rank_throws(needle, [](int, auto pg) {
-    ::setenv("DPX_DEBUG", "DETAIL", 1);  // in the forked child only
+    ::setenv("DPX_DEBUG", "INFO", 1);  // in the forked child only
     unused_parameter_iteration(pg);
   });
 }
