@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <thread>
 
+#include "parallel/parallel_apply_blas.h"
 #include "parallel/parallel_apply_threads.h"
 
 namespace dpx {
@@ -101,6 +102,7 @@ void ReplicaThreads::run(const std::vector<torch::Device>& devices,
   }
 
   const at::ThreadLocalState state;
+  ScopedBlasThreads blas(static_cast<int>(threads_per_replica_));  // Note [BLAS threads]
   std::mutex done_mutex;
   std::condition_variable done;
   int64_t remaining = n;

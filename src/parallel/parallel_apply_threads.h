@@ -19,8 +19,8 @@ namespace dpx::detail {
 // thread's team size (omp_set_num_threads) belongs to that thread alone. So each replica thread
 // first lets ATen initialise it (at::get_num_threads(), which would otherwise reset the count on
 // the first parallel op), then sets its own team size; the caller's setting is untouched and
-// replicas x threads_per_replica stays within the cores. BLAS libraries with their own thread
-// pools (OpenBLAS's pthread build, used by Linear here) ignore this: see docs/data_parallel.md.
+// replicas x threads_per_replica stays within the cores. BLAS libraries with a thread pool of
+// their own ignore this (Note [BLAS threads] in parallel_apply_blas.h).
 class ReplicaThreads {
  public:
   explicit ReplicaThreads(int64_t threads_per_replica);
