@@ -3,6 +3,7 @@
 #include <torch/torch.h>
 
 #include <dlfcn.h>
+#include <sys/resource.h>
 
 #include <algorithm>
 #include <chrono>
@@ -68,6 +69,7 @@ struct Config {
   std::unique_ptr<torch::optim::SGD> opt;
   std::unique_ptr<DataParallel<Cnn>> dp;  // null: the plain module
   std::vector<double> samples_per_s;
+  std::vector<double> busy;  // process CPU time / wall time: how many cores the steps kept busy
 
   torch::Tensor forward(const torch::Tensor& x) { return dp ? dp->forward(x) : net->forward(x); }
 
@@ -92,6 +94,13 @@ bool set_blas_threads(int threads) {
 void use_threads(int threads) {
   at::set_num_threads(threads);
   set_blas_threads(threads);
+}
+
+double cpu_seconds() {
+  rusage usage{};
+  getrusage(RUSAGE_SELF, &usage);
+  auto seconds = [](const timeval& t) { return t.tv_sec + t.tv_usec * 1e-6; };
+  return seconds(usage.ru_utime) + seconds(usage.ru_stime);
 }
 
 double median(std::vector<double> v) {
@@ -166,19 +175,23 @@ int run(const std::vector<std::string>& argv) {
     for (auto& c : configs) {
       use_threads(c.intra_op_threads);
       const auto start = std::chrono::steady_clock::now();
+      const double cpu_start = cpu_seconds();
       for (int64_t i = 0; i < args.steps; ++i) {
         c.step(x, y);
       }
       const std::chrono::duration<double> took = std::chrono::steady_clock::now() - start;
       c.samples_per_s.push_back(static_cast<double>(args.batch * args.steps) / took.count());
+      c.busy.push_back((cpu_seconds() - cpu_start) / took.count());
     }
   }
   const double one = median(configs[0].samples_per_s);
   const double two = median(configs[1].samples_per_s);
-  std::printf("%-44s %14s %10s %10s\n", "configuration", "samples/s", "vs 1 thr", "vs 2 thr");
+  std::printf("%-44s %12s %10s %10s %10s\n", "configuration", "samples/s", "vs 1 thr",
+              "vs 2 thr", "cores busy");
   for (const auto& c : configs) {
     const double m = median(c.samples_per_s);
-    std::printf("%-44s %14.1f %9.2fx %9.2fx\n", c.name.c_str(), m, m / one, m / two);
+    std::printf("%-44s %12.1f %9.2fx %9.2fx %10.2f\n", c.name.c_str(), m, m / one, m / two,
+                median(c.busy));
   }
   return 0;
 }
