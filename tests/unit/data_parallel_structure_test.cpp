@@ -195,4 +195,49 @@ TEST(DataParallelStructure, ReplicasFollowTheModulesTensors) {
   EXPECT_TRUE(torch::allclose(dp(x), net->forward(x)));
 }
 
+// Records the intra-op thread count each replica's thread sees.
+struct ThreadProbeImpl : torch::nn::Cloneable<ThreadProbeImpl> {
+  ThreadProbeImpl() { reset(); }
+  void reset() override { w = register_parameter("w", torch::ones({1})); }
+  torch::Tensor forward(torch::Tensor x) {
+    seen->fetch_add(at::get_num_threads() * 1000 + 1);
+    return x * w;
+  }
+  torch::Tensor w;
+  std::shared_ptr<std::atomic<int>> seen = std::make_shared<std::atomic<int>>(0);
+};
+
+TEST(DataParallelStructure, EachReplicaThreadHasItsOwnIntraOpThreads) {
+  const int caller = at::get_num_threads();
+  auto net = std::make_shared<ThreadProbeImpl>();
+  dpx::DataParallelOptions options = cpus(2);
+  options.threads_per_replica = 3;
+  dpx::DataParallel dp(net, options);
+  dp(torch::ones({4}));
+  EXPECT_EQ(net->seen->load(), 2 * (3 * 1000 + 1));  // two replicas, 3 threads each
+  EXPECT_EQ(at::get_num_threads(), caller);         // the caller's setting is untouched
+}
+
+TEST(DataParallelStructure, SplitsAlongAnotherDimension) {
+  auto net = std::make_shared<ThreadProbeImpl>();
+  dpx::DataParallelOptions options = cpus(2);
+  options.dim = 1;
+  dpx::DataParallel dp(net, options);
+  auto x = torch::arange(12.0).reshape({2, 6}).requires_grad_(true);
+  auto out = dp(x);
+  EXPECT_TRUE(torch::equal(out, x));
+  (out * torch::arange(12.0).reshape({2, 6})).sum().backward();
+  EXPECT_TRUE(torch::equal(x.grad(), torch::arange(12.0).reshape({2, 6})));
+  EXPECT_EQ(net->w.grad().item<float>(), (torch::arange(12.0) * torch::arange(12.0)).sum().item<float>());
+}
+
+TEST(DataParallelStructure, InferenceModeWorks) {
+  auto net = std::make_shared<ThreadProbeImpl>();
+  dpx::DataParallel dp(net, cpus(2));
+  c10::InferenceMode guard;
+  auto out = dp(torch::ones({4}));
+  EXPECT_TRUE(torch::equal(out, torch::ones({4})));
+  EXPECT_FALSE(out.requires_grad());
+}
+
 }  // namespace
