@@ -46,6 +46,39 @@ void check_devices(const std::vector<torch::Device>& devices) {
   }
 }
 
+// The leaves each replica's graph grows from (Note [Parallel backward]): its parameters that
+// stand for trainable ones, then a fresh leaf for each input chunk whose tensor requires grad
+// (cut[k] for the k-th tensor of the arguments), which replaces the chunk in pieces[r].
+void add_leaves(const torch::nn::Module& module,
+                const std::vector<std::shared_ptr<torch::nn::Module>>& replicas,
+                const std::vector<bool>& cut, ReplicaRun& run, std::vector<c10::IValue>& pieces) {
+  std::vector<bool> trainable;
+  for (const auto& p : module.parameters()) {
+    trainable.push_back(p.requires_grad());
+    if (p.requires_grad()) {
+      run.params.push_back(p);
+    }
+  }
+  run.leaves.resize(pieces.size());
+  for (size_t r = 0; r < pieces.size(); ++r) {
+    auto params = replicas[r]->parameters();
+    for (size_t j = 0; j < params.size(); ++j) {
+      if (trainable[j]) {
+        run.leaves[r].push_back(params[j]);
+      }
+    }
+    size_t k = 0;
+    pieces[r] = map_tensors(pieces[r], [&](const at::Tensor& t) {
+      if (!cut[k++]) {
+        return t;
+      }
+      auto leaf = t.detach().requires_grad_(true);
+      run.leaves[r].push_back(leaf);
+      return leaf;
+    });
+  }
+}
+
 }  // namespace
 
 DataParallelCore::DataParallelCore(std::shared_ptr<torch::nn::Module> module,
@@ -130,32 +163,8 @@ c10::IValue DataParallelCore::forward(const c10::IValue& args, const ReplicaForw
   prepare_replicas(n);
   run.devices.assign(devices_.begin(), devices_.begin() + n);
 
-  std::vector<bool> trainable;
   if (grad) {
-    for (const auto& p : module_->parameters()) {
-      trainable.push_back(p.requires_grad());
-      if (p.requires_grad()) {
-        run.params.push_back(p);
-      }
-    }
-  }
-  run.leaves.resize(n);
-  for (int64_t r = 0; r < n && grad; ++r) {
-    auto params = replicas_[r]->parameters();
-    for (size_t j = 0; j < params.size(); ++j) {
-      if (trainable[j]) {
-        run.leaves[r].push_back(params[j]);
-      }
-    }
-    size_t k = 0;
-    pieces[r] = map_tensors(pieces[r], [&](const at::Tensor& t) {
-      if (!cut[k++]) {
-        return t;
-      }
-      auto leaf = t.detach().requires_grad_(true);
-      run.leaves[r].push_back(leaf);
-      return leaf;
-    });
+    add_leaves(*module_, replicas_, cut, run, pieces);
   }
 
   std::vector<c10::IValue> outputs(n);
