@@ -1,8 +1,10 @@
 // DataParallel: one process, the batch split across replicas of the module that run at once in
 // threads (CPU replicas here; GPUs on CUDA builds), as torch.nn.DataParallel.
 //
-//   auto net = std::make_shared<Net>();
-//   dpx::DataParallel dp(net, {.cpu_replicas = 2});
+//   auto net = std::make_shared<NetImpl>();   // any torch::nn::Cloneable
+//   dpx::DataParallelOptions options;
+//   options.cpu_replicas = 2;
+//   dpx::DataParallel dp(net, options);
 //   auto loss = torch::nll_loss(dp.forward(images), labels);
 //   loss.backward();   // gradients of both replicas summed into net's parameters
 //
