@@ -49,7 +49,9 @@ struct ReplicaThreads::Worker {
   std::thread thread;
   std::mutex mutex;
   std::condition_variable wake;
+  std::condition_variable started;
   std::function<void()> job;
+  bool ready = false;  // its thread-level setup is done
   bool stop = false;
 };
 
@@ -74,6 +76,11 @@ void ReplicaThreads::loop(Worker& worker) {
   at::get_num_threads();  // ATen's lazy per-thread initialisation first (Note [Replica threads])
   omp_set_num_threads(static_cast<int>(threads_per_replica_));
   current_threads = this;
+  {
+    std::lock_guard<std::mutex> lock(worker.mutex);
+    worker.ready = true;
+  }
+  worker.started.notify_one();
   for (;;) {
     std::function<void()> job;
     {
@@ -95,10 +102,14 @@ void ReplicaThreads::run(const std::vector<torch::Device>& devices,
               "a replica called back into the DataParallel that runs it (recursive forward)");
   std::lock_guard<std::mutex> run_lock(run_mutex_);
   const auto n = static_cast<int64_t>(devices.size());
+  // All threads finish their setup before any runs a task: ATen's per-thread initialisation
+  // touches process-wide state (the pthreadpool, oneDNN's cache) that a running task uses.
   while (static_cast<int64_t>(workers_.size()) < n) {
     workers_.push_back(std::make_unique<Worker>());
     Worker& w = *workers_.back();
     w.thread = std::thread([this, &w] { loop(w); });
+    std::unique_lock<std::mutex> lock(w.mutex);
+    w.started.wait(lock, [&] { return w.ready; });
   }
 
   const at::ThreadLocalState state;
