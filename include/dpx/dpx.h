@@ -12,3 +12,4 @@
 #include "dpx/data/distributed_sampler.h"
 #include "dpx/data/fashion_mnist.h"
 #include "dpx/env.h"
+#include "dpx/parallel/parallel.h"
