@@ -99,8 +99,12 @@ Agent::~Agent() {
 
 void Agent::make_log_dir() {
   if (config_.log_dir.empty()) {
-    char tmpl[] = "/tmp/torchelastic_XXXXXX";
-    if (mkdtemp(tmpl) == nullptr) throw std::runtime_error("dpxrun: cannot create a temp dir");
+    const char* tmp = std::getenv("TMPDIR");  // as Python's tempfile (torchrun) does
+    std::string tmpl = std::string(tmp && *tmp ? tmp : "/tmp") + "/torchelastic_XXXXXX";
+    if (mkdtemp(tmpl.data()) == nullptr) {
+      throw std::runtime_error("dpxrun: cannot create a temporary directory " + tmpl + ": " +
+                               std::strerror(errno));
+    }
     base_log_dir_ = tmpl;
     temp_log_dir_ = true;
   } else {
