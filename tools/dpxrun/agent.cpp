@@ -276,7 +276,14 @@ int Agent::run() {
     }
     if (outcome == Outcome::kSucceeded) {
       pump_.stop(1.0);
-      rdzv_->finish(config_.exit_barrier_timeout);
+      const FinishResult f = rdzv_->finish(config_.exit_barrier_timeout);
+      if (f == FinishResult::kJobFailed) {
+        return finish_failed("the job failed on another node: " + rdzv_->failure_elsewhere());
+      }
+      if (f == FinishResult::kRestart) {
+        say("this node's workers finished, but another node restarts the group; re-joining");
+        continue;
+      }
       succeeded_ = true;
       return 0;
     }
