@@ -108,6 +108,27 @@ TEST(LauncherMultiNode, TwoAgentsWithStaticRendezvous) {
   }
 }
 
+TEST(LauncherMultiNode, FailureOnOneNodeRestartsEveryNodeOnce) {
+  TempDir dir;
+  const std::string endpoint = "127.0.0.1:" + std::to_string(free_tcp_port());
+  auto flags = c10d(endpoint, "2", {"--max-restarts", "3"});
+  Launch a(cmd(flags, {"fail-until", "1", dir.path()}));
+  Launch b(cmd(flags, {"fail-until", "1", dir.path()}));
+  auto ra = a.wait(seconds(60)), rb = b.wait(seconds(60));
+  ASSERT_EQ(ra.exit_code, 0) << ra.output << "\n--- other agent:\n" << rb.output;
+  ASSERT_EQ(rb.exit_code, 0) << rb.output << "\n--- other agent:\n" << ra.output;
+  std::vector<Env> second;
+  for (auto& e : read_worker_envs(dir.path())) {
+    if (e["TORCHELASTIC_RESTART_COUNT"] != "0") second.push_back(e);
+  }
+  // One failure, one restart for the whole job: no attempt 2, every node's workers in attempt 1.
+  ASSERT_EQ(second.size(), 4u) << ra.output << rb.output;
+  for (auto& e : second) e["TORCHELASTIC_RESTART_COUNT"] = "0";  // compare the rest as usual
+  expect_two_node_layout(second, "False");
+  EXPECT_NE((ra.output + rb.output).find("another node restarts the group"), std::string::npos)
+      << ra.output << rb.output;
+}
+
 TEST(LauncherMultiNode, LateSecondAgentGrowsTheWorldWithoutUsingARestart) {
   TempDir dir;
   const std::string endpoint = "127.0.0.1:" + std::to_string(free_tcp_port());

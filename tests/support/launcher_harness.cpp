@@ -35,6 +35,10 @@ Launch::Launch(const std::vector<std::string>& argv, LaunchOptions options) {
   int fd = mkstemp(tmpl);
   if (fd < 0) throw std::runtime_error("mkstemp failed");
   log_ = tmpl;
+  char tmp_tmpl[] = "/tmp/dpx-launch-tmp-XXXXXX";
+  if (mkdtemp(tmp_tmpl) == nullptr) throw std::runtime_error("mkdtemp failed");
+  tmpdir_ = tmp_tmpl;
+  options.set_env.emplace("TMPDIR", tmpdir_);
   std::vector<char*> args;
   for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
   args.push_back(nullptr);
@@ -63,6 +67,8 @@ Launch::~Launch() {
     waitpid(pid_, nullptr, 0);
   }
   unlink(log_.c_str());
+  std::error_code ignored;
+  std::filesystem::remove_all(tmpdir_, ignored);
 }
 
 bool Launch::running() {

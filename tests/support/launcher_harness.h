@@ -46,6 +46,7 @@ class Launch {
  private:
   pid_t pid_ = -1;
   std::string log_;
+  std::string tmpdir_;  // the launcher's TMPDIR: log dirs it keeps after a failure go with it
   bool reaped_ = false;
   LaunchResult result_;
 };

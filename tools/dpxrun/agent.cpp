@@ -99,8 +99,12 @@ Agent::~Agent() {
 
 void Agent::make_log_dir() {
   if (config_.log_dir.empty()) {
-    char tmpl[] = "/tmp/torchelastic_XXXXXX";
-    if (mkdtemp(tmpl) == nullptr) throw std::runtime_error("dpxrun: cannot create a temp dir");
+    const char* tmp = std::getenv("TMPDIR");  // as Python's tempfile (torchrun) does
+    std::string tmpl = std::string(tmp && *tmp ? tmp : "/tmp") + "/torchelastic_XXXXXX";
+    if (mkdtemp(tmpl.data()) == nullptr) {
+      throw std::runtime_error("dpxrun: cannot create a temporary directory " + tmpl + ": " +
+                               std::strerror(errno));
+    }
     base_log_dir_ = tmpl;
     temp_log_dir_ = true;
   } else {
@@ -272,7 +276,14 @@ int Agent::run() {
     }
     if (outcome == Outcome::kSucceeded) {
       pump_.stop(1.0);
-      rdzv_->finish(config_.exit_barrier_timeout);
+      const FinishResult f = rdzv_->finish(config_.exit_barrier_timeout);
+      if (f == FinishResult::kJobFailed) {
+        return finish_failed("the job failed on another node: " + rdzv_->failure_elsewhere());
+      }
+      if (f == FinishResult::kRestart) {
+        say("this node's workers finished, but another node restarts the group; re-joining");
+        continue;
+      }
       succeeded_ = true;
       return 0;
     }

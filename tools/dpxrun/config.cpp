@@ -261,6 +261,7 @@ Config parse_config(const std::vector<std::string>& args) {
       break;
     }
     if (a.empty() || a[0] != '-' || a == "-") break;  // PROGRAM
+    if (a == "-h" || a == "--help") throw HelpRequested();
     if (a.size() > 2 && a[1] != '-' && (a[1] == 'r' || a[1] == 't')) {  // "-r3", as argparse
       given[canonical(a.substr(0, 2))] = a.substr(2);
       continue;

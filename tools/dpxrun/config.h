@@ -56,6 +56,12 @@ class UsageError : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+// -h / --help: print usage() and exit 0.
+class HelpRequested : public std::runtime_error {
+ public:
+  HelpRequested() : std::runtime_error("help") {}
+};
+
 // argv without argv[0]; env is looked up through getenv. Throws UsageError.
 Config parse_config(const std::vector<std::string>& args);
 

@@ -9,6 +9,9 @@ int main(int argc, char** argv) {
   dpxrun::Config config;
   try {
     config = dpxrun::parse_config(std::vector<std::string>(argv + 1, argv + argc));
+  } catch (const dpxrun::HelpRequested&) {
+    std::printf("%s\n", dpxrun::usage().c_str());
+    return 0;
   } catch (const dpxrun::UsageError& e) {
     std::fprintf(stderr, "dpxrun: error: %s\n", e.what());
     return 2;

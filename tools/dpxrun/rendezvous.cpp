@@ -254,23 +254,27 @@ std::string Rendezvous::failure_elsewhere() {
   return store_->check({key("failure")}) ? store_->get(key("failure")) : "(no summary)";
 }
 
-void Rendezvous::finish(double timeout_seconds) {
-  if (!in_round_) return;
+FinishResult Rendezvous::finish(double timeout_seconds) {
+  if (!in_round_) return FinishResult::kDone;
   in_round_ = false;
   const std::string done = key(round_key(current_.round, "done"));
   const std::string left = key(round_key(current_.round, "left"));
   const double deadline = now() + timeout_seconds;
+  // Waits for `counter` to reach `count`; a new round or a failed job ends the wait early.
   auto wait_for = [&](const std::string& counter, int count) {
     while (store_->add(counter, 0) < count && now() < deadline) {
       const State st = read_state();
-      if (st.failed || st.round != current_.round) return;
-      if (interrupted_ && interrupted_()) return;
+      if (st.failed) return FinishResult::kJobFailed;
+      if (st.round != current_.round) return FinishResult::kRestart;
+      if (interrupted_ && interrupted_()) return FinishResult::kDone;
       std::this_thread::sleep_for(std::chrono::milliseconds(50));
     }
+    return FinishResult::kDone;
   };
   try {
     store_->add(done, 1);
-    wait_for(done, current_.members);
+    const FinishResult all_done = wait_for(done, current_.members);
+    if (all_done != FinishResult::kDone) return all_done;
     // The store's host leaves last, or the others would lose it in the middle of the barrier.
     if (hosts_store_) {
       wait_for(left, current_.members - 1);
@@ -280,6 +284,7 @@ void Rendezvous::finish(double timeout_seconds) {
   } catch (const dpx::DistributedError&) {
     // Our workers succeeded; a store host that left early cannot change that.
   }
+  return FinishResult::kDone;
 }
 
 }  // namespace dpxrun

@@ -42,6 +42,10 @@ struct RoundInfo {
 
 enum class GroupEvent { kNone, kRestart, kMembershipChange, kJobFailed };
 
+// How the exit barrier ended: all members' workers finished, another node's failure restarts
+// the group (this node must run again: ranks are re-assigned), or the job failed elsewhere.
+enum class FinishResult { kDone, kRestart, kJobFailed };
+
 class JobFailedElsewhere : public std::runtime_error {
  public:
   using std::runtime_error::runtime_error;
@@ -63,7 +67,7 @@ class Rendezvous {
   // Why the job failed elsewhere (the failing node's summary line).
   std::string failure_elsewhere();
   // Our workers succeeded: wait (bounded) until all members' did, so the store outlives them.
-  void finish(double timeout_seconds);
+  FinishResult finish(double timeout_seconds);
 
   std::shared_ptr<dpx::Store> store() const { return store_; }
   // Where workers reach the store (DPX_AGENT_STORE) and key prefix for heartbeats.
