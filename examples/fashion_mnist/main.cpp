@@ -121,6 +121,7 @@ std::pair<double, double> evaluate(Net& net, const dpx::FashionMNIST& test, dpx:
 }  // namespace
 
 int main(int argc, char** argv) try {
+  dpx::install_error_handler();  // a crash leaves an error file the launcher's summary quotes
   const Flags flags = parse_flags(argc, argv);
   torch::set_num_threads(1);  // one core per rank; the ranks are the parallelism
   auto pg = dpx::init_process_group({.backend = flags.backend});
@@ -199,5 +200,6 @@ int main(int argc, char** argv) try {
   return 0;
 } catch (const std::exception& e) {
   std::fprintf(stderr, "fashion_mnist: %s\n", e.what());
+  dpx::record_error(e);
   return 1;
 }

@@ -7,6 +7,8 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
+#include <cstring>
 #include <cstdio>
 #include <sstream>
 
@@ -43,6 +45,14 @@ std::vector<std::string> directory_entries(const std::string& dir) {
   }
   ::closedir(d);
   return names;
+}
+
+// `mkdir -p`: every missing level; existing ones are fine.
+void make_directories(const std::string& path) {
+  for (size_t pos = path.find('/', 1); ; pos = path.find('/', pos + 1)) {
+    ::mkdir(path.substr(0, pos).c_str(), 0755);
+    if (pos == std::string::npos) break;
+  }
 }
 
 void write_scalar(torch::serialize::OutputArchive& a, const char* key, int64_t v) {
@@ -108,11 +118,11 @@ Checkpointer::Checkpointer(CheckpointerOptions options,
     world_ = pg_->size();
   }
   if (rank_ == 0) {
-    ::mkdir(options_.directory.c_str(), 0755);  // one level, as `mkdir dir`; EEXIST is fine
+    make_directories(options_.directory);
     struct stat st {};
-    TORCH_CHECK(::stat(options_.directory.c_str(), &st) == 0 && S_ISDIR(st.st_mode), where(rank_, world_),
-                "checkpoint directory ", options_.directory,
-                " does not exist and cannot be created (does its parent exist?)");
+    TORCH_CHECK(::stat(options_.directory.c_str(), &st) == 0 && S_ISDIR(st.st_mode),
+                where(rank_, world_), "checkpoint directory ", options_.directory,
+                " does not exist and cannot be created: ", std::strerror(errno));
   }
 }
 

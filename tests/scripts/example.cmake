@@ -7,3 +7,13 @@ if(TARGET fashion_mnist)
   set_tests_properties(example.fashion_mnist_smoke PROPERTIES LABELS "example" TIMEOUT 300
     SKIP_REGULAR_EXPRESSION "SKIPPED")
 endif()
+
+# Elastic: a worker SIGKILLed mid-epoch under dpxrun --max-restarts 1; the run resumes from the
+# last checkpoint and finishes with the accuracy of a run without the fault.
+if(TARGET fashion_mnist AND TARGET dpxrun)
+  add_test(NAME example.fashion_mnist_elastic
+    COMMAND bash ${CMAKE_CURRENT_LIST_DIR}/example/elastic.sh $<TARGET_FILE:dpxrun>
+            $<TARGET_FILE:fashion_mnist> ${PROJECT_BINARY_DIR}/example_elastic)
+  set_tests_properties(example.fashion_mnist_elastic PROPERTIES LABELS "example" TIMEOUT 300
+    SKIP_REGULAR_EXPRESSION "SKIPPED")
+endif()

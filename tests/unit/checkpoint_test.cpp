@@ -142,6 +142,14 @@ TEST_F(CheckpointTest, BitFlipIsRefusedAndThePreviousOneUsed) {
   EXPECT_EQ(progress->step, 1);
 }
 
+TEST_F(CheckpointTest, CreatesMissingDirectories) {
+  Net net;
+  auto opt = make_sgd(net);
+  dpx::Checkpointer ckpt({.directory = dir_ + "/runs/a/ckpt"}, nullptr);
+  ckpt.save(net, opt, {.step = 1});
+  EXPECT_EQ(ckpt.list().size(), 1u);
+}
+
 TEST_F(CheckpointTest, ForeignFileIsRefused) {
   const std::string path = dir_ + "/checkpoint-000000000007.dpx";
   std::ofstream(path) << "this is not a checkpoint, just some text long enough";
