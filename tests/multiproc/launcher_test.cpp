@@ -8,6 +8,7 @@
 #include <sstream>
 #include <thread>
 
+#include "harness.h"
 #include "launcher_harness.h"
 
 namespace dpx::test {
@@ -22,13 +23,6 @@ std::vector<std::string> cmd(std::vector<std::string> flags, std::vector<std::st
   out.push_back(test_worker_path());
   out.insert(out.end(), worker.begin(), worker.end());
   return out;
-}
-
-std::string slurp(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
 }
 
 std::vector<Env> by_rank(std::vector<Env> envs) {
@@ -248,9 +242,9 @@ TEST(Launcher, ConsoleLinesArePrefixedAndLogFilesFollowTorchrunLayout) {
   for (auto& e : std::filesystem::directory_iterator(logs.path())) runs.push_back(e.path());
   ASSERT_EQ(runs.size(), 1u);
   const std::string attempt = runs[0].string() + "/attempt_0/";
-  EXPECT_EQ(slurp(attempt + "0/stdout.log"), "hello from rank 0\n");
-  EXPECT_EQ(slurp(attempt + "1/stdout.log"), "hello from rank 1\n");
-  EXPECT_EQ(slurp(attempt + "0/stderr.log"), "complaint from rank 0\n");
+  EXPECT_EQ(read_file(attempt + "0/stdout.log"), "hello from rank 0\n");
+  EXPECT_EQ(read_file(attempt + "1/stdout.log"), "hello from rank 1\n");
+  EXPECT_EQ(read_file(attempt + "0/stderr.log"), "complaint from rank 0\n");
   EXPECT_FALSE(std::filesystem::exists(attempt + "1/stderr.log"));
 }
 
@@ -261,7 +255,7 @@ TEST(Launcher, HungWorkerIsDetectedByHeartbeat) {
                             {"hang", dir.path()}),
                         seconds(30));
   EXPECT_EQ(r.exit_code, 1) << r.output;
-  EXPECT_EQ(slurp(dir.path() + "/beating_0"), "yes\n");
+  EXPECT_EQ(read_file(dir.path() + "/beating_0"), "yes\n");
   EXPECT_NE(r.output.find("hung: no heartbeat for"), std::string::npos) << r.output;
 }
 

@@ -14,13 +14,6 @@
 namespace dpx::test {
 namespace {
 
-std::string slurp(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
 [[noreturn]] void run_child(int rank, const std::function<void(int)>& fn, const std::string& log) {
   int fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
   if (fd >= 0) {
@@ -45,6 +38,13 @@ std::string slurp(const std::string& path) {
 }
 
 }  // namespace
+
+std::string read_file(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
 
 std::vector<std::string> run_threads(int world, const std::function<void(int)>& fn) {
   std::vector<std::string> errors(world);
@@ -126,7 +126,7 @@ std::vector<ProcResult> run_processes(int world, const std::function<void(int)>&
   kill_all();
   for (int r = 0; r < world; ++r) {
     std::string log = dir + "/rank" + std::to_string(r) + ".log";
-    results[r].output = slurp(log);
+    results[r].output = read_file(log);
     ::unlink(log.c_str());
   }
   ::rmdir(dir.c_str());

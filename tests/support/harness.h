@@ -36,6 +36,9 @@ struct ProcOptions {
 std::vector<ProcResult> run_processes(int world, const std::function<void(int rank)>& fn,
                                       ProcOptions options = {});
 
+// The whole content of a file ("" when it cannot be read).
+std::string read_file(const std::string& path);
+
 // Ends the calling rank at once, as a crash would (SIGKILL: no handlers, no cleanup).
 [[noreturn]] void kill_this_rank();
 

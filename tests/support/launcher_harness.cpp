@@ -1,5 +1,7 @@
 #include "launcher_harness.h"
 
+#include "harness.h"
+
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <signal.h>
@@ -16,17 +18,6 @@
 #include <thread>
 
 namespace dpx::test {
-namespace {
-
-std::string slurp(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
-}  // namespace
-
 std::string dpxrun_path() { return std::string(DPX_BINARY_DIR) + "/tools/dpxrun/dpxrun"; }
 std::string test_worker_path() { return std::string(DPX_BINARY_DIR) + "/tests/dpx_test_worker"; }
 
@@ -94,11 +85,11 @@ LaunchResult Launch::wait(std::chrono::milliseconds timeout) {
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
-  result_.output = slurp(log_);
+  result_.output = read_file(log_);
   return result_;
 }
 
-std::string Launch::output_so_far() const { return slurp(log_); }
+std::string Launch::output_so_far() const { return read_file(log_); }
 
 LaunchResult run_launcher(const std::vector<std::string>& argv, std::chrono::milliseconds timeout,
                           LaunchOptions options) {
@@ -123,7 +114,7 @@ std::vector<std::map<std::string, std::string>> read_worker_envs(const std::stri
     const std::string name = entry.path().filename().string();
     if (name.rfind("env_", 0) != 0 || name.find(".tmp") != std::string::npos) continue;
     std::map<std::string, std::string> env;
-    std::stringstream ss(slurp(entry.path().string()));
+    std::stringstream ss(read_file(entry.path().string()));
     std::string line;
     while (std::getline(ss, line)) {
       auto eq = line.find('=');
