@@ -191,6 +191,51 @@ TEST_P(Join, UnevenInputsFinishWithTheLastRanksParameters) {
 INSTANTIATE_TEST_SUITE_P(DivideByInitialWorldSizeAndRank0Steps, Join,
                          ::testing::Combine(::testing::Bool(), ::testing::Values(3, 0)));
 
+// Gradient accumulation inside join: no_sync micro-steps communicate nothing, so the joined
+// rank only shadows the synchronised ones.
+TEST(JoinWithNoSync, AccumulationStepsDoNotConfuseTheShadow) {
+  on_two_ranks([](int rank, auto pg) {
+    const int steps[kWorld] = {2, 4};
+    auto batches = test::make_batches(8, kWorld, kPerRank, {16});  // 2 micro-batches per step
+    torch::manual_seed(5);
+    test::Mlp net;
+    DistributedDataParallel ddp(net, pg);
+    torch::optim::SGD opt(ddp.parameters(), 0.1);
+    auto micro = [&](int s, int m) {
+      auto b = test::slice(batches[2 * s + m], rank, kWorld);
+      torch::nn::functional::cross_entropy(ddp->forward(b.x), b.y).backward();
+    };
+    ddp.join([&] {
+      for (int s = 0; s < steps[rank]; ++s) {
+        opt.zero_grad();
+        {
+          auto guard = ddp.no_sync();
+          micro(s, 0);
+        }
+        micro(s, 1);
+        opt.step();
+      }
+    });
+    torch::manual_seed(5);
+    test::Mlp ref;
+    torch::optim::SGD ref_opt(ref->parameters(), 0.1);
+    for (int s = 0; s < 4; ++s) {
+      ref_opt.zero_grad();
+      for (int r = 0; r < kWorld; ++r) {
+        if (s >= steps[r]) continue;
+        for (int m = 0; m < 2; ++m) {
+          (mlp_loss(ref, test::slice(batches[2 * s + m], r, kWorld)) / kWorld).backward();
+        }
+      }
+      ref_opt.step();
+    }
+    std::vector<torch::Tensor> got, want;
+    for (const auto& p : net->parameters()) got.push_back(p.detach());
+    for (const auto& p : ref->parameters()) want.push_back(p.detach());
+    test::expect_params_close(got, want);
+  });
+}
+
 TEST(DdpStats, BucketsIterationsAndTimes) {
   on_two_ranks([](int rank, auto pg) {
     torch::manual_seed(5);
