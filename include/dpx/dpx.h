@@ -12,4 +12,7 @@
 #include "dpx/data/distributed_sampler.h"
 #include "dpx/data/fashion_mnist.h"
 #include "dpx/env.h"
+#include "dpx/launch/error_handler.h"
+#include "dpx/launch/heartbeat.h"
+#include "dpx/launch/spawn.h"
 #include "dpx/parallel/parallel.h"

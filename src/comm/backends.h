@@ -17,5 +17,9 @@ struct BackendArgs {
 };
 
 std::shared_ptr<ProcessGroup> make_gloo_group(const BackendArgs& args);
+std::shared_ptr<ProcessGroup> make_shm_group(const BackendArgs& args);
+
+// Whether every rank runs on this host (same hostname and boot id), agreed through the store.
+bool all_ranks_on_one_host(const BackendArgs& args);
 
 }  // namespace dpx::detail

@@ -64,8 +64,13 @@ Rendezvous rendezvous(const InitOptions& opts) {
     check_rank(r.rank, r.world_size);
     const std::string addr = Env::require("MASTER_ADDR");
     const int port = parse_rank_or(-1, "MASTER_PORT");
-    r.store = tcp_store(addr, port, r.rank, r.world_size, Env::read().use_agent_store,
-                        opts.timeout);
+    const Env env = Env::read();
+    r.store = tcp_store(addr, port, r.rank, r.world_size, env.use_agent_store, opts.timeout);
+    if (env.use_agent_store) {
+      // The launcher's store outlives worker restarts: keep each attempt's keys apart, under
+      // the prefix torch.distributed uses, so dpx and PyTorch workers agree on it.
+      r.store = Store::prefix("/worker/attempt_" + std::to_string(env.restart_count), r.store);
+    }
     return r;
   }
   const detail::InitUrl url = detail::parse_init_url(m);
@@ -88,7 +93,8 @@ std::string pick_backend(const std::string& asked) {
   if (b == "auto") {
     b = Env::read().backend.value_or("auto");
   }
-  TORCH_CHECK(b == "auto" || b == "gloo", "unknown backend '", b, "'; use auto or gloo");
+  TORCH_CHECK(b == "auto" || b == "shm" || b == "gloo", "unknown backend '", b,
+              "'; use auto, shm or gloo");
   return b;
 }
 
@@ -101,7 +107,8 @@ std::shared_ptr<ProcessGroup> new_process_group(const std::string& backend,
   check_rank(rank, size);
   const std::string b = pick_backend(backend);
   detail::BackendArgs args{std::move(store), rank, size, options};
-  return detail::make_gloo_group(args);
+  const bool shm = b == "shm" || (b == "auto" && detail::all_ranks_on_one_host(args));
+  return shm ? detail::make_shm_group(args) : detail::make_gloo_group(args);
 }
 
 std::shared_ptr<ProcessGroup> init_process_group(InitOptions opts) {

@@ -106,7 +106,11 @@ IValue gather_tree(const std::vector<IValue>& outputs, torch::Device device, int
                   " in replica 0, ", out.tagKind(), " in another");
     }
   };
-  if (first.isNone() || (first.isTensor() && !first.toTensor().defined())) {
+  auto is_nothing = [](const IValue& v) {
+    return v.isNone() || (v.isTensor() && !v.toTensor().defined());
+  };
+  if (is_nothing(first)) {
+    same_kind(is_nothing);
     return first;
   }
   if (first.isTuple() || first.isList()) {

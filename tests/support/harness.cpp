@@ -162,6 +162,6 @@ std::shared_ptr<Store> StoreServer::client(std::chrono::milliseconds timeout) co
   return Store::tcp(o);
 }
 
-std::vector<std::string> backends() { return {"gloo"}; }
+std::vector<std::string> backends() { return {"gloo", "shm"}; }
 
 }  // namespace dpx::test

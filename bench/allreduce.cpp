@@ -1,0 +1,157 @@
+// dpx-bench allreduce: all-reduce time and bandwidth over a size sweep, nccl-tests style.
+// Runs as one worker of an env:// job (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT); rank 0
+// prints. time is the median over iterations of the slowest rank's time; algbw = bytes / time,
+// busbw = algbw * 2 (n - 1) / n. Every size is checked once before it is timed.
+#include <torch/torch.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include "command.h"
+#include "dpx/dpx.h"
+
+namespace dpx::bench {
+namespace {
+
+struct AllreduceArgs {
+  std::int64_t min_bytes = 4;
+  std::int64_t max_bytes = 256LL << 20;
+  int iters = 0;  // 0: as many as fit in about --seconds per size, within [5, 1000]
+  int warmup = 3;
+  double seconds = 0.3;
+  std::string backend = "auto";
+  bool json = false;
+};
+
+const char* kUsage =
+    "usage: dpx-bench allreduce [--min-bytes N] [--max-bytes N] [--iters N] [--warmup N]\n"
+    "                           [--seconds S] [--backend auto|shm|gloo] [--json]\n"
+    "float32 sum all-reduce from min to max bytes (x2 each step); run one per rank under\n"
+    "dpxrun/torchrun, or bench/run_local.sh NPROC dpx-bench allreduce ...\n";
+
+AllreduceArgs parse(const std::vector<std::string>& args) {
+  AllreduceArgs a;
+  for (std::size_t i = 0; i < args.size(); ++i) {
+    const std::string& k = args[i];
+    auto value = [&]() -> std::string {
+      TORCH_CHECK(i + 1 < args.size(), "dpx-bench allreduce: ", k, " needs a value\n", kUsage);
+      return args[++i];
+    };
+    if (k == "--min-bytes") a.min_bytes = std::stoll(value());
+    else if (k == "--max-bytes") a.max_bytes = std::stoll(value());
+    else if (k == "--iters") a.iters = std::stoi(value());
+    else if (k == "--warmup") a.warmup = std::stoi(value());
+    else if (k == "--seconds") a.seconds = std::stod(value());
+    else if (k == "--backend") a.backend = value();
+    else if (k == "--json") a.json = true;
+    else TORCH_CHECK(false, "dpx-bench allreduce: unknown argument '", k, "'\n", kUsage);
+  }
+  TORCH_CHECK(a.min_bytes >= 4 && a.max_bytes >= a.min_bytes && a.iters >= 0 && a.warmup >= 0,
+              "dpx-bench allreduce: need 4 <= --min-bytes <= --max-bytes, --iters >= 0, "
+              "--warmup >= 0\n", kUsage);
+  return a;
+}
+
+struct Row {
+  std::int64_t bytes;
+  int iters;
+  double us;
+  double algbw;
+  double busbw;
+  bool ok;
+};
+
+// Every rank all-reduces (rank + 1) and expects world (world + 1) / 2 everywhere.
+bool check(ProcessGroup& pg, at::Tensor& t) {
+  const int w = pg.size();
+  t.fill_(pg.rank() + 1);
+  pg.allreduce(t)->wait();
+  bool ok = t.eq(w * (w + 1) / 2).all().item<bool>();
+  auto all_ok = at::full({1}, ok ? 1 : 0, at::kInt);
+  pg.allreduce(all_ok, {ReduceOp::kMin})->wait();
+  return all_ok.item<int>() == 1;
+}
+
+double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+Row measure(ProcessGroup& pg, std::int64_t bytes, const AllreduceArgs& a) {
+  auto t = at::empty({std::max<std::int64_t>(1, bytes / 4)}, at::kFloat);
+  Row row{t.numel() * 4, 0, 0, 0, 0, check(pg, t)};
+  auto t0 = std::chrono::steady_clock::now();
+  for (int i = 0; i < a.warmup; ++i) pg.allreduce(t)->wait();
+  // Rank 0 decides the count from its warm-up, so all ranks run the same number.
+  auto iters = at::full({1}, a.iters, at::kInt);
+  if (a.iters == 0) {
+    const double per = seconds_since(t0) / std::max(1, a.warmup);
+    iters.fill_(static_cast<int>(std::clamp(a.seconds / std::max(per, 1e-9), 5.0, 1000.0)));
+  }
+  pg.broadcast(iters, {0})->wait();
+  row.iters = iters.item<int>();
+  auto times = at::empty({row.iters}, at::kDouble);
+  auto* tp = times.data_ptr<double>();
+  for (int i = 0; i < row.iters; ++i) {
+    auto start = std::chrono::steady_clock::now();
+    pg.allreduce(t)->wait();
+    tp[i] = seconds_since(start);
+  }
+  pg.allreduce(times, {ReduceOp::kMax})->wait();  // an iteration lasts as long as its slowest rank
+  const double sec = times.median().item<double>();
+  const int n = pg.size();
+  row.us = sec * 1e6;
+  row.algbw = row.bytes / sec / 1e9;
+  row.busbw = row.algbw * 2.0 * (n - 1) / n;
+  return row;
+}
+
+int run(const std::vector<std::string>& args) {
+  const AllreduceArgs a = parse(args);
+  InitOptions o;
+  o.backend = a.backend;
+  auto pg = init_process_group(o);
+  const bool print = pg->rank() == 0;
+  if (print && !a.json) {
+    std::printf("# dpx-bench allreduce: backend %s, %d ranks, float32 sum\n",
+                pg->backend().c_str(), pg->size());
+    std::printf("%12s %7s %12s %10s %10s %6s\n", "size(B)", "iters", "time(us)", "algbw(GB/s)",
+                "busbw(GB/s)", "check");
+  }
+  bool all_ok = true;
+  std::string json;
+  for (std::int64_t bytes = a.min_bytes; bytes <= a.max_bytes; bytes *= 2) {
+    const Row r = measure(*pg, bytes, a);
+    all_ok = all_ok && r.ok;
+    if (!print) continue;
+    if (a.json) {
+      char buf[256];
+      std::snprintf(buf, sizeof(buf),
+                    "%s{\"bytes\": %lld, \"iters\": %d, \"time_us\": %.3f, \"algbw_gbps\": %.4f, "
+                    "\"busbw_gbps\": %.4f, \"ok\": %s}",
+                    json.empty() ? "" : ",\n  ", static_cast<long long>(r.bytes), r.iters, r.us,
+                    r.algbw, r.busbw, r.ok ? "true" : "false");
+      json += buf;
+    } else {
+      std::printf("%12lld %7d %12.2f %11.3f %11.3f %6s\n", static_cast<long long>(r.bytes),
+                  r.iters, r.us, r.algbw, r.busbw, r.ok ? "ok" : "FAIL");
+      std::fflush(stdout);
+    }
+  }
+  if (print && a.json) {
+    std::printf("{\"benchmark\": \"allreduce\", \"backend\": \"%s\", \"world_size\": %d, "
+                "\"dtype\": \"float32\", \"op\": \"sum\", \"results\": [\n  %s]}\n",
+                pg->backend().c_str(), pg->size(), json.c_str());
+  }
+  pg->barrier()->wait();
+  return all_ok ? 0 : 1;
+}
+
+RegisterCommand reg("allreduce", "all-reduce latency and bandwidth, 4 B to 256 MiB (shm, gloo)",
+                    run);
+
+}  // namespace
+}  // namespace dpx::bench

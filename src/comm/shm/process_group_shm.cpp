@@ -1,0 +1,226 @@
+#include "comm/shm/process_group_shm.h"
+
+#include <c10/util/Exception.h>
+
+#include <sched.h>
+
+#include <thread>
+
+#include "dpx/comm/errors.h"
+#include "dpx/env.h"
+
+namespace dpx::detail {
+namespace {
+
+constexpr std::chrono::milliseconds kHelpPoll{1};
+
+shm::SegmentOptions segment_options(const Env& env, const ProcessGroup::Options& o) {
+  shm::SegmentOptions s;
+  if (env.shm_slot_bytes) {
+    TORCH_CHECK(*env.shm_slot_bytes >= 4096, "DPX_SHM_SLOT_BYTES must be at least 4096, got ",
+                *env.shm_slot_bytes);
+    s.slot_bytes = static_cast<std::size_t>(*env.shm_slot_bytes);
+  }
+  s.timeout = o.timeout;
+  return s;
+}
+
+shm::WaitOptions wait_options(const Env& env, int world) {
+  shm::WaitOptions w;
+  // With more ranks than cores, spin less: the spin yields, but a peer may need the core.
+  if (world > static_cast<int>(std::thread::hardware_concurrency())) {
+    w.spin = std::chrono::microseconds(20);
+  }
+  if (env.shm_spin_us) {
+    TORCH_CHECK(*env.shm_spin_us >= 0, "DPX_SHM_SPIN_US must be >= 0, got ", *env.shm_spin_us);
+    w.spin = std::chrono::microseconds(*env.shm_spin_us);
+  }
+  return w;
+}
+
+}  // namespace
+
+void ShmWork::wait(std::chrono::milliseconds timeout) {
+  if (!finished() && timeout >= default_timeout_) {
+    if (auto group = group_.lock()) group->help(*this);
+  }
+  const auto end = shm::Clock::now() + std::min<shm::Clock::duration>(spin_, timeout);
+  while (!finished_.load(std::memory_order_acquire) && shm::Clock::now() < end) {
+    ::sched_yield();  // the group's thread may need this core to finish the work
+  }
+  CompletionWork::wait(timeout);
+}
+
+void ShmWork::finish(std::exception_ptr error) {
+  complete(error);
+  finished_.store(true, std::memory_order_release);
+}
+
+ShmGroup::ShmGroup(const BackendArgs& args)
+    : ProcessGroup(args.rank, args.size, args.options), where_(where()), store_(args.store) {
+  TORCH_CHECK(args.options.device.is_cpu(), where(), "the shm backend works on CPU tensors "
+              "only, not ", args.options.device);
+  const Env env = Env::read();
+  segment_ = shm::Segment::open(*args.store, rank(), size(), segment_options(env, options()),
+                                where());
+  const shm::WaitOptions wait = wait_options(env, size());
+  spin_ = wait.spin;
+  waiter_ = std::make_unique<shm::Waiter>(*segment_, rank(), wait, where());
+  channel_ = std::make_unique<shm::Channel>(*segment_, *waiter_, rank(), where());
+  if (env.shm_small_bytes) {
+    TORCH_CHECK(*env.shm_small_bytes >= 0, "DPX_SHM_SMALL_BYTES must be >= 0");
+    algorithm_options_.small_bytes = static_cast<std::size_t>(*env.shm_small_bytes);
+  }
+  thread_ = std::thread([this] { run(); });
+}
+
+ShmGroup::~ShmGroup() {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    stop_ = true;
+  }
+  cv_.notify_all();
+  thread_.join();
+}
+
+std::shared_ptr<Work> ShmGroup::enqueue(shm::OpKind kind, const at::Tensor& t, int reduce_op,
+                                        int root, std::function<void(shm::Channel&)> body) {
+  Task task;
+  task.desc.kind = static_cast<std::int32_t>(kind);
+  if (t.defined()) {
+    task.desc.dtype = static_cast<std::int32_t>(t.scalar_type());
+    task.desc.numel = t.numel();
+  }
+  task.desc.reduce_op = reduce_op;
+  task.desc.root = root;
+  task.body = std::move(body);
+  task.work = std::make_shared<ShmWork>(weak_from_this(), options().timeout, where_, spin_);
+  auto work = task.work;
+  bool notify = true;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    queue_.push_back(std::move(task));
+    notify = !callers_help_;
+  }
+  if (notify) cv_.notify_one();
+  return work;
+}
+
+void ShmGroup::run() {
+  for (;;) {
+    Task task;
+    {
+      std::unique_lock<std::mutex> lock(mutex_);
+      auto ready = [&] { return !executing_ && (stop_ || !queue_.empty()); };
+      // While callers help, enqueue does not wake this thread; polling bounds how long a
+      // collective nobody waits for can sit in the queue (Note [Helping]).
+      while (!ready()) {
+        if (callers_help_) {
+          cv_.wait_for(lock, kHelpPoll);
+        } else {
+          cv_.wait(lock);
+        }
+      }
+      if (queue_.empty()) return;  // stopped, and nothing left to run
+      callers_help_ = false;  // this thread runs collectives: callers are not waiting for them
+      executing_ = true;
+      task = std::move(queue_.front());
+      queue_.pop_front();
+    }
+    execute(task);
+    release();
+  }
+}
+
+bool ShmGroup::claim(Task& task) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (executing_ || queue_.empty()) return false;
+  executing_ = true;
+  task = std::move(queue_.front());
+  queue_.pop_front();
+  return true;
+}
+
+void ShmGroup::release() {
+  bool more = false;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    executing_ = false;
+    more = stop_ || !queue_.empty();
+  }
+  if (more) cv_.notify_all();  // wake the group's thread only when it has something to do
+}
+
+void ShmGroup::help(const ShmWork& work) {
+  Task task;
+  while (!work.finished() && claim(task)) {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      callers_help_ = true;
+    }
+    execute(task);
+    task = Task();
+    release();
+  }
+}
+
+void ShmGroup::execute(Task& task) {
+  if (broken_) {
+    task.work->finish(broken_);
+    return;
+  }
+  try {
+    channel_->begin(task.desc, shm::Clock::now() + options().timeout);
+    task.body(*channel_);
+    task.body = nullptr;  // drop the tensors before waking the caller
+    task.work->finish();
+  } catch (const shm::MismatchError&) {
+    task.work->finish(std::current_exception());  // every rank raised it; still in step
+  } catch (const std::exception& e) {
+    // Timeouts and lost peers were already announced to the peers by the waiter.
+    waiter_->abort(shm::AbortKind::kOther, e.what());
+    broken_ = std::current_exception();
+    task.work->finish(broken_);
+  }
+}
+
+std::shared_ptr<Work> ShmGroup::do_allreduce(at::Tensor& tensor, const AllreduceOptions& opts) {
+  at::Tensor t = tensor;
+  auto small = algorithm_options_;
+  return enqueue(shm::OpKind::kAllreduce, t, static_cast<int>(opts.op), 0,
+                 [t, op = opts.op, small](shm::Channel& ch) mutable {
+                   shm::allreduce(ch, t, op, small);
+                 });
+}
+
+std::shared_ptr<Work> ShmGroup::do_broadcast(at::Tensor& tensor, const BroadcastOptions& opts) {
+  at::Tensor t = tensor;
+  return enqueue(shm::OpKind::kBroadcast, t, 0, opts.root,
+                 [t, root = opts.root](shm::Channel& ch) mutable { shm::broadcast(ch, t, root); });
+}
+
+std::shared_ptr<Work> ShmGroup::do_allgather(at::Tensor& output, const at::Tensor& input) {
+  return enqueue(shm::OpKind::kAllgather, input, 0, 0,
+                 [out = output, in = input](shm::Channel& ch) mutable {
+                   shm::allgather(ch, out, in);
+                 });
+}
+
+std::shared_ptr<Work> ShmGroup::do_reduce_scatter(at::Tensor& output, const at::Tensor& input,
+                                                  const ReduceScatterOptions& opts) {
+  return enqueue(shm::OpKind::kReduceScatter, input, static_cast<int>(opts.op), 0,
+                 [out = output, in = input, op = opts.op](shm::Channel& ch) mutable {
+                   shm::reduce_scatter(ch, out, in, op);
+                 });
+}
+
+std::shared_ptr<Work> ShmGroup::do_barrier() {
+  return enqueue(shm::OpKind::kBarrier, at::Tensor(), 0, 0,
+                 [](shm::Channel& ch) { shm::barrier(ch); });
+}
+
+std::shared_ptr<ProcessGroup> make_shm_group(const BackendArgs& args) {
+  return std::make_shared<ShmGroup>(args);  // works reach it through weak_from_this()
+}
+
+}  // namespace dpx::detail

@@ -1,0 +1,19 @@
+// Element-wise reduction kernels: plain loops over blocks that fit in L1, which the compiler
+// vectorises at -O3. bfloat16 and float16 accumulate in float32 and round once at the end.
+#pragma once
+
+#include <ATen/ATen.h>
+
+#include <cstdint>
+
+#include "dpx/comm/types.h"
+
+namespace dpx::detail::shm {
+
+// dst[i] = srcs[0][i] op srcs[1][i] op ... op srcs[nsrcs-1][i], always in this order so every
+// rank computes the same bits; kAvg divides the sum by `world`. dst may be srcs[0] but no other
+// source.
+void reduce(at::ScalarType dtype, ReduceOp op, void* dst, const void* const* srcs, int nsrcs,
+            std::int64_t n, int world);
+
+}  // namespace dpx::detail::shm

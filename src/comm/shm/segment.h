@@ -1,0 +1,100 @@
+// The shared-memory segment of one shm group: a header, one control block per rank and two
+// data slots per rank (double-buffered, so a fast rank can start the next round while a slow
+// one still reads the last).
+//
+// Setup (Segment::open, collective over the group's store):
+//   1. Each rank takes a generation number g = add("shm/gen/<rank>", 1), so that several groups
+//      made on one store use different keys (ranks create groups in the same order).
+//   2. Rank 0 creates "/dpx-<pid>-<random token>" (O_EXCL, mode 0600), sizes and maps it, writes
+//      the header and sets "shm/<g>/name".
+//   3. The other ranks open and map the name, check the header, and set "shm/<g>/mapped/<rank>".
+//   4. Rank 0 waits for every "mapped" key, unlinks the name and sets "shm/<g>/ready"; the others
+//      wait for "ready". From here on no name exists in /dev/shm: a crash leaves nothing behind.
+//      Rank 0 also unlinks when setup fails, so only a SIGKILL inside steps 2-4 can leak it.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "dpx/comm/store.h"
+
+namespace dpx::detail::shm {
+
+// What a rank says about the collective it is running, compared by every peer before any
+// peer's data is read (Note [Mismatch check] in channel.h).
+struct OpDescriptor {
+  std::uint32_t seq = 0;  // how many collectives this rank ran before on this group
+  std::int32_t kind = 0;
+  std::int32_t dtype = 0;
+  std::int32_t reduce_op = 0;
+  std::int32_t root = 0;
+  std::int32_t pad = 0;
+  std::int64_t numel = 0;  // of the input
+};
+
+// One per rank. `step` is the futex word peers wait on; it sits alone on its cache line so
+// that writing descriptors does not disturb spinning readers.
+struct alignas(64) RankControl {
+  std::atomic<std::uint32_t> step;
+  std::atomic<std::uint32_t> sleepers;  // peers blocked in FUTEX_WAIT on `step`
+  char pad0[56];
+  std::atomic<std::int32_t> pid;
+  std::uint32_t pad1;
+  OpDescriptor desc[2];  // by collective parity
+};
+
+// Why a rank aborted the group; peers rethrow the same type.
+enum class AbortKind : std::uint32_t { kNone = 0, kPeerLost = 1, kTimeout = 2, kOther = 3 };
+
+struct alignas(64) Header {
+  std::uint64_t magic;
+  std::uint32_t world;
+  std::uint32_t version;
+  std::uint64_t slot_bytes;
+  std::uint64_t total_bytes;
+  alignas(64) std::atomic<std::uint32_t> abort_rank;  // 0, else 1 + the rank that aborted
+  std::atomic<std::uint32_t> abort_kind;
+  char abort_message[1024];
+};
+
+struct SegmentOptions {
+  std::size_t slot_bytes = 1 << 20;  // one data slot; each rank has two
+  std::chrono::milliseconds timeout = std::chrono::seconds(60);
+};
+
+class Segment {
+ public:
+  // Collective: every rank of the group calls it with the same options.
+  static std::unique_ptr<Segment> open(Store& store, int rank, int world,
+                                       const SegmentOptions& options, const std::string& where);
+  ~Segment();
+  Segment(const Segment&) = delete;
+  Segment& operator=(const Segment&) = delete;
+
+  Header& header() const { return *reinterpret_cast<Header*>(base_); }
+  RankControl& control(int rank) const {
+    return reinterpret_cast<RankControl*>(base_ + sizeof(Header))[rank];
+  }
+  char* slot(int rank, std::uint64_t round) const {
+    return base_ + data_offset_ + (2 * static_cast<std::size_t>(rank) + round % 2) * slot_bytes_;
+  }
+  std::size_t slot_bytes() const { return slot_bytes_; }
+  int world() const { return world_; }
+  const std::string& name() const { return name_; }
+
+ private:
+  Segment(std::string name, char* base, std::size_t bytes, int world, std::size_t slot_bytes);
+
+  std::string name_;
+  char* base_;
+  std::size_t bytes_;
+  int world_;
+  std::size_t slot_bytes_;
+  std::size_t data_offset_;
+};
+
+}  // namespace dpx::detail::shm

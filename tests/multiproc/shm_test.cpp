@@ -1,0 +1,265 @@
+// The shm backend with real processes: the large (chunked) paths, peers that die or stall,
+// ranks that disagree, and no segment left in /dev/shm.
+#include <dirent.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+#include <iostream>
+#include <thread>
+
+#include <torch/torch.h>
+
+#include "comm/shm/process_group_shm.h"
+#include "dpx/dpx.h"
+#include "harness.h"
+
+namespace dpx {
+namespace {
+
+using std::chrono::milliseconds;
+
+ProcessGroup::Options with_timeout(milliseconds t) {
+  ProcessGroup::Options o;
+  o.timeout = t;
+  return o;
+}
+
+// Tiny slots and a tiny small-message limit, so tests of a few KB cross many rounds.
+void use_tiny_slots() {
+  ::setenv("DPX_SHM_SLOT_BYTES", "4096", 1);
+  ::setenv("DPX_SHM_SMALL_BYTES", "256", 1);
+}
+
+bool segment_exists(const std::string& name) {
+  return ::access(("/dev/shm" + name).c_str(), F_OK) == 0;
+}
+
+// Entries in /dev/shm made by the shm backend in process `pid`.
+int segments_of(int pid) {
+  int n = 0;
+  const std::string prefix = "dpx-" + std::to_string(pid) + "-";
+  if (DIR* d = ::opendir("/dev/shm")) {
+    while (dirent* e = ::readdir(d)) n += std::string(e->d_name).rfind(prefix, 0) == 0;
+    ::closedir(d);
+  }
+  return n;
+}
+
+// Rank r, element i: small integers (exact in every dtype) that differ across ranks and slices.
+at::Tensor values(int rank, int64_t n, at::ScalarType dt) {
+  return at::arange(n, at::kLong).remainder(5).add(rank + 1).to(dt);
+}
+
+at::Tensor expected(ReduceOp op, int world, int64_t n, at::ScalarType dt) {
+  auto acc = values(0, n, at::kLong);
+  for (int r = 1; r < world; ++r) {
+    auto v = values(r, n, at::kLong);
+    if (op == ReduceOp::kMax) acc = at::maximum(acc, v);
+    else if (op == ReduceOp::kMin) acc = at::minimum(acc, v);
+    else acc = acc.add(v);
+  }
+  return acc.to(dt);
+}
+
+TEST(ShmBackend, ChunkedPathsAcrossManyRounds) {
+  for (int world : {2, 3}) {
+    test::StoreServer server;
+    auto results = test::run_processes(world, [&](int rank) {
+      use_tiny_slots();
+      auto pg = new_process_group("shm", server.client(), rank, world);
+      for (auto dt : {at::kFloat, at::kBFloat16, at::kLong, at::kHalf}) {
+        for (int64_t n : {0, 1, 63, 1000, 5001, 70001}) {
+          SCOPED_TRACE(std::string(c10::toString(dt)) + " n=" + std::to_string(n));
+          for (auto op : {ReduceOp::kSum, ReduceOp::kMax, ReduceOp::kMin}) {
+            auto t = values(rank, n, dt);
+            pg->allreduce(t, {op})->wait();
+            EXPECT_TRUE(t.equal(expected(op, world, n, dt))) << to_string(op);
+            auto in = at::cat({values(rank, n * world, dt)});
+            auto out = at::empty({n}, dt);
+            pg->reduce_scatter(out, in, {op})->wait();
+            auto full = expected(op, world, n * world, dt);
+            EXPECT_TRUE(out.equal(full.narrow(0, rank * n, n))) << to_string(op);
+          }
+          auto b = rank == world - 1 ? values(rank, n, dt) : at::zeros({n}, dt);
+          pg->broadcast(b, {world - 1})->wait();
+          EXPECT_TRUE(b.equal(values(world - 1, n, dt)));
+          auto g = at::empty({n * world}, dt);
+          pg->allgather(g, values(rank, n, dt))->wait();
+          for (int q = 0; q < world; ++q) EXPECT_TRUE(g.narrow(0, q * n, n).equal(values(q, n, dt)));
+        }
+      }
+    });
+    test::expect_all_ok(results);
+  }
+}
+
+TEST(ShmBackend, EveryRankGetsTheSameBits) {
+  test::StoreServer server;
+  const int world = 3;
+  auto results = test::run_processes(world, [&](int rank) {
+    auto pg = new_process_group("shm", server.client(), rank, world);
+    for (int64_t n : {1000, 3 << 20}) {  // the one-post path and the chunked one
+      torch::manual_seed(rank);
+      auto t = at::randn({n});
+      auto want = t.clone();  // the sum in rank order, as both paths promise
+      for (int r = 0; r < world; ++r) {
+        torch::manual_seed(r);
+        auto v = at::randn({n});
+        want = r == 0 ? v : want.add(v);
+      }
+      pg->allreduce(t)->wait();
+      EXPECT_TRUE(t.equal(want)) << "n=" << n;
+      auto all = at::empty({world * n});
+      pg->allgather(all, t)->wait();
+      for (int q = 1; q < world; ++q) EXPECT_TRUE(all.narrow(0, q * n, n).equal(t));
+    }
+  });
+  test::expect_all_ok(results);
+}
+
+TEST(ShmBackend, QueuedCollectivesRunInIssueOrder) {
+  test::StoreServer server;
+  auto results = test::run_processes(2, [&](int rank) {
+    auto pg = new_process_group("shm", server.client(), rank, 2);
+    std::vector<at::Tensor> ts;
+    std::vector<std::shared_ptr<Work>> works;
+    for (int i = 0; i < 20; ++i) {
+      ts.push_back(at::full({(i % 3) * 100000 + 7}, float(i + rank)));
+      works.push_back(pg->allreduce(ts.back()));
+    }
+    for (int i = 0; i < 20; ++i) {
+      works[i]->wait();
+      EXPECT_TRUE(ts[i].equal(at::full_like(ts[i], float(2 * i + 1)))) << i;
+    }
+  });
+  test::expect_all_ok(results);
+}
+
+TEST(ShmBackend, WaitWithAShortTimeoutReturnsWhileTheCollectiveRuns) {
+  test::StoreServer server;
+  auto results = test::run_processes(2, [&](int rank) {
+    auto pg = new_process_group("shm", server.client(), rank, 2);
+    auto t = at::ones({1000});
+    if (rank == 1) std::this_thread::sleep_for(milliseconds(800));
+    auto work = pg->allreduce(t);
+    if (rank == 0) {
+      EXPECT_THROW(work->wait(milliseconds(50)), TimeoutError);  // rank 1 is not there yet
+      EXPECT_FALSE(work->is_completed());
+    }
+    work->wait();  // the background thread finishes it once rank 1 joins
+    EXPECT_TRUE(t.equal(at::full({1000}, 2.0f)));
+  }, {std::chrono::seconds(30)});
+  test::expect_all_ok(results);
+}
+
+TEST(ShmBackend, PeerKilledMidCollectiveRaisesPeerLost) {
+  test::StoreServer server;
+  // The group timeout is far beyond the harness's: only liveness checks can end this in time.
+  auto results = test::run_processes(3, [&](int rank) {
+    auto pg = new_process_group("shm", server.client(), rank, 3, with_timeout(std::chrono::minutes(5)));
+    auto t = at::ones({1 << 20});
+    pg->allreduce(t)->wait();
+    if (rank == 2) ::raise(SIGKILL);
+    try {
+      for (int i = 0; i < 1000; ++i) pg->allreduce(t)->wait();
+      ADD_FAILURE() << "collectives kept succeeding without rank 2";
+    } catch (const PeerLostError& e) {
+      std::cout << "typed: " << e.what() << "\n";
+    }
+    // The group stays failed, with the same typed error.
+    EXPECT_THROW(pg->barrier()->wait(), PeerLostError);
+  }, {std::chrono::seconds(60)});
+  EXPECT_EQ(results[2].signal, SIGKILL);
+  for (int r : {0, 1}) {
+    EXPECT_TRUE(results[r].ok()) << results[r].output;
+    EXPECT_NE(results[r].output.find("[rank " + std::to_string(r) + "/3 "), std::string::npos)
+        << results[r].output;
+  }
+}
+
+TEST(ShmBackend, PeerThatNeverCallsTimesOut) {
+  test::StoreServer server;
+  auto results = test::run_processes(2, [&](int rank) {
+    auto pg = new_process_group("shm", server.client(), rank, 2, with_timeout(milliseconds(500)));
+    auto t = at::ones({4});
+    if (rank == 0) {
+      EXPECT_THROW(pg->allreduce(t)->wait(), TimeoutError);
+    } else {
+      std::this_thread::sleep_for(milliseconds(1500));
+      // Rank 0 gave up and told the group; this rank learns it instead of waiting again.
+      EXPECT_THROW(pg->allreduce(t)->wait(), TimeoutError);
+    }
+  }, {std::chrono::seconds(30)});
+  test::expect_all_ok(results);
+}
+
+TEST(ShmBackend, DisagreeingRanksGetAClearErrorAndStayUsable) {
+  test::StoreServer server;
+  auto results = test::run_processes(2, [&](int rank) {
+    use_tiny_slots();
+    auto pg = new_process_group("shm", server.client(), rank, 2, with_timeout(milliseconds(5000)));
+    auto expect_mismatch = [&](const std::function<std::shared_ptr<Work>()>& issue,
+                               const std::string& theirs) {
+      try {
+        issue()->wait();
+        ADD_FAILURE() << "no error";
+      } catch (const DistributedError& e) {
+        std::string msg = e.what();
+        EXPECT_NE(msg.find("ranks disagree"), std::string::npos) << msg;
+        EXPECT_NE(msg.find(theirs), std::string::npos) << msg;
+      }
+    };
+    auto sizes = at::ones({rank == 0 ? 10 : 200000});  // one round against many
+    expect_mismatch([&] { return pg->allreduce(sizes); }, rank == 0 ? "200000 Float" : "10 Float");
+    auto dtypes = rank == 0 ? at::ones({8}, at::kFloat) : at::ones({8}, at::kInt);
+    expect_mismatch([&] { return pg->allreduce(dtypes); }, rank == 0 ? "8 Int" : "8 Float");
+    auto t = at::ones({8});
+    expect_mismatch([&] { return rank == 0 ? pg->allreduce(t) : pg->barrier(); },
+                    rank == 0 ? "barrier" : "allreduce(sum)");
+    expect_mismatch([&] { return pg->broadcast(t, {rank}); }, rank == 0 ? "root 1" : "root 0");
+    auto same = at::ones({5000});
+    pg->allreduce(same)->wait();
+    EXPECT_TRUE(same.equal(at::full({5000}, 2.0f)));
+  }, {std::chrono::seconds(30)});
+  test::expect_all_ok(results);
+}
+
+TEST(ShmBackend, NoSegmentOutlivesSetupOrACrash) {
+  test::StoreServer server;
+  auto results = test::run_processes(2, [&](int rank) {
+    auto pg = new_process_group("shm", server.client(), rank, 2);
+    auto& shm = dynamic_cast<detail::ShmGroup&>(*pg);
+    EXPECT_FALSE(segment_exists(shm.segment_name())) << shm.segment_name();
+    if (rank == 1) ::raise(SIGKILL);
+    auto t = at::ones({4});
+    EXPECT_THROW(pg->allreduce(t)->wait(), PeerLostError);
+  }, {std::chrono::seconds(30)});
+  EXPECT_EQ(results[1].signal, SIGKILL);
+  EXPECT_TRUE(results[0].ok()) << results[0].output;
+
+  // Rank 1 never shows up: rank 0 gives up and removes the segment it made.
+  test::StoreServer server2;
+  results = test::run_processes(2, [&](int rank) {
+    if (rank == 1) return;
+    EXPECT_THROW(new_process_group("shm", server2.client(), 0, 2, with_timeout(milliseconds(500))),
+                 TimeoutError);
+    EXPECT_EQ(segments_of(::getpid()), 0);
+  }, {std::chrono::seconds(30)});
+  test::expect_all_ok(results);
+}
+
+TEST(ShmBackend, AutoPicksShmOnOneHostAndDpxBackendOverrides) {
+  test::StoreServer server;
+  auto results = test::run_processes(2, [&](int rank) {
+    EXPECT_EQ(new_process_group("auto", server.client(), rank, 2)->backend(), "shm");
+    ::setenv("DPX_BACKEND", "gloo", 1);
+    auto gloo = new_process_group("auto", server.client(), rank, 2);
+    EXPECT_EQ(gloo->backend(), "gloo");
+    gloo->barrier()->wait();  // neither rank leaves while the other still connects
+  }, {std::chrono::seconds(30)});
+  test::expect_all_ok(results);
+}
+
+}  // namespace
+}  // namespace dpx
