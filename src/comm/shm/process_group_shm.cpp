@@ -94,6 +94,7 @@ std::shared_ptr<Work> ShmGroup::enqueue(shm::OpKind kind, const at::Tensor& t, i
   task.desc.reduce_op = reduce_op;
   task.desc.root = root;
   task.body = std::move(body);
+  task.enqueued = shm::Clock::now();
   task.work = std::make_shared<ShmWork>(weak_from_this(), options().timeout, where_, spin_);
   auto work = task.work;
   bool notify = true;
@@ -122,10 +123,12 @@ void ShmGroup::run() {
         }
       }
       if (queue_.empty()) return;  // stopped, and nothing left to run
-      callers_help_ = false;  // this thread runs collectives: callers are not waiting for them
       executing_ = true;
       task = std::move(queue_.front());
       queue_.pop_front();
+      // A collective that sat in the queue until a poll found it had no caller waiting for it:
+      // collectives are being run asynchronously, so wake this thread for each from now on.
+      if (shm::Clock::now() - task.enqueued > kHelpPoll / 2) callers_help_ = false;
     }
     execute(task);
     release();
@@ -136,6 +139,7 @@ bool ShmGroup::claim(Task& task) {
   std::lock_guard<std::mutex> lock(mutex_);
   if (executing_ || queue_.empty()) return false;
   executing_ = true;
+  callers_help_ = true;
   task = std::move(queue_.front());
   queue_.pop_front();
   return true;
@@ -154,10 +158,6 @@ void ShmGroup::release() {
 void ShmGroup::help(const ShmWork& work) {
   Task task;
   while (!work.finished() && claim(task)) {
-    {
-      std::lock_guard<std::mutex> lock(mutex_);
-      callers_help_ = true;
-    }
     execute(task);
     task = Task();
     release();
