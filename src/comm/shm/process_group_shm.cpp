@@ -13,6 +13,7 @@ namespace dpx::detail {
 namespace {
 
 constexpr std::chrono::milliseconds kHelpPoll{1};
+constexpr int kIdlePolls = 50;
 
 shm::SegmentOptions segment_options(const Env& env, const ProcessGroup::Options& o) {
   shm::SegmentOptions s;
@@ -86,12 +87,12 @@ ShmGroup::~ShmGroup() {
 std::shared_ptr<Work> ShmGroup::enqueue(shm::OpKind kind, const at::Tensor& t, int reduce_op,
                                         int root, std::function<void(shm::Channel&)> body) {
   Task task;
-  task.desc.kind = static_cast<std::int32_t>(kind);
+  task.desc.kind = static_cast<std::int16_t>(kind);
   if (t.defined()) {
-    task.desc.dtype = static_cast<std::int32_t>(t.scalar_type());
+    task.desc.dtype = static_cast<std::int16_t>(t.scalar_type());
     task.desc.numel = t.numel();
   }
-  task.desc.reduce_op = reduce_op;
+  task.desc.reduce_op = static_cast<std::int16_t>(reduce_op);
   task.desc.root = root;
   task.body = std::move(body);
   task.enqueued = shm::Clock::now();
@@ -115,9 +116,12 @@ void ShmGroup::run() {
       auto ready = [&] { return !executing_ && (stop_ || !queue_.empty()); };
       // While callers help, enqueue does not wake this thread; polling bounds how long a
       // collective nobody waits for can sit in the queue (Note [Helping]).
+      int idle_polls = 0;
       while (!ready()) {
         if (callers_help_) {
           cv_.wait_for(lock, kHelpPoll);
+          // An idle group stops polling; the next collective issued wakes this thread again.
+          if (queue_.empty() && ++idle_polls >= kIdlePolls) callers_help_ = false;
         } else {
           cv_.wait(lock);
         }
