@@ -61,6 +61,16 @@ Env Env::read() {
   e.shm_slot_bytes = get_int("DPX_SHM_SLOT_BYTES");
   e.shm_small_bytes = get_int("DPX_SHM_SMALL_BYTES");
   e.shm_spin_us = get_int("DPX_SHM_SPIN_US");
+  e.agent_store = get("DPX_AGENT_STORE");
+  e.heartbeat_key = get("DPX_HEARTBEAT_KEY");
+  if (auto h = get("DPX_HEARTBEAT_TIMEOUT")) {
+    char* end = nullptr;
+    double x = std::strtod(h->c_str(), &end);
+    TORCH_CHECK(end != h->c_str() && *end == '\0' && x > 0,
+                "environment variable DPX_HEARTBEAT_TIMEOUT must be a positive number of "
+                "seconds, got '", *h, "'");
+    e.heartbeat_timeout = x;
+  }
   return e;
 }
 

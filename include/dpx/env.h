@@ -26,6 +26,12 @@ struct Env {
   bool use_agent_store = false;
   // GLOO_SOCKET_IFNAME: the network interface Gloo binds to (e.g. eth0).
   std::optional<std::string> gloo_socket_ifname;
+  // dpxrun's worker heartbeat (dpx::Heartbeat): DPX_AGENT_STORE ("host:port" of the agent's
+  // store), DPX_HEARTBEAT_KEY (this worker's key in it), DPX_HEARTBEAT_TIMEOUT (seconds after
+  // which the agent treats a silent worker as hung). Unset outside dpxrun.
+  std::optional<std::string> agent_store;
+  std::optional<std::string> heartbeat_key;
+  std::optional<double> heartbeat_timeout;
 
   // DPX_DEBUG, else TORCH_DISTRIBUTED_DEBUG: OFF (default), INFO or DETAIL.
   DebugLevel debug = DebugLevel::kOff;

@@ -64,8 +64,13 @@ Rendezvous rendezvous(const InitOptions& opts) {
     check_rank(r.rank, r.world_size);
     const std::string addr = Env::require("MASTER_ADDR");
     const int port = parse_rank_or(-1, "MASTER_PORT");
-    r.store = tcp_store(addr, port, r.rank, r.world_size, Env::read().use_agent_store,
-                        opts.timeout);
+    const Env env = Env::read();
+    r.store = tcp_store(addr, port, r.rank, r.world_size, env.use_agent_store, opts.timeout);
+    if (env.use_agent_store) {
+      // The launcher's store outlives worker restarts: keep each attempt's keys apart, under
+      // the prefix torch.distributed uses, so dpx and PyTorch workers agree on it.
+      r.store = Store::prefix("/worker/attempt_" + std::to_string(env.restart_count), r.store);
+    }
     return r;
   }
   const detail::InitUrl url = detail::parse_init_url(m);

@@ -133,6 +133,12 @@ std::vector<ProcResult> run_processes(int world, const std::function<void(int)>&
   return results;
 }
 
+void kill_this_rank() {
+  ::kill(::getpid(), SIGKILL);
+  ::pause();
+  ::_exit(137);
+}
+
 void expect_all_ok(const std::vector<ProcResult>& results) {
   for (const auto& r : results) {
     EXPECT_TRUE(r.ok()) << "rank " << r.rank << ": exit " << r.exit_code << " signal " << r.signal

@@ -36,6 +36,9 @@ struct ProcOptions {
 std::vector<ProcResult> run_processes(int world, const std::function<void(int rank)>& fn,
                                       ProcOptions options = {});
 
+// Ends the calling rank at once, as a crash would (SIGKILL: no handlers, no cleanup).
+[[noreturn]] void kill_this_rank();
+
 // Asserts that every rank succeeded, printing the outputs of those that did not.
 void expect_all_ok(const std::vector<ProcResult>& results);
 

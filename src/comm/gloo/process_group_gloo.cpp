@@ -2,6 +2,7 @@
 
 #include <cstdlib>
 
+#include "comm/gloo/consistency.h"
 #include "comm/gloo/translate.h"
 #include "dpx/comm/errors.h"
 #include "dpx/env.h"
@@ -60,7 +61,9 @@ class GlooWork : public Work {
 }  // namespace
 
 GlooGroup::GlooGroup(const BackendArgs& args)
-    : ProcessGroup(args.rank, args.size, args.options), store_(args.store) {
+    : ProcessGroup(args.rank, args.size, args.options),
+      check_consistency_(Env::read().debug == DebugLevel::kDetail),
+      store_(args.store) {
   TORCH_CHECK(args.options.device.is_cpu(), where(), "the gloo backend of dpx works on CPU "
               "tensors only, not ", args.options.device);
   auto opts = c10d::ProcessGroupGloo::Options::create();
@@ -74,35 +77,48 @@ GlooGroup::GlooGroup(const BackendArgs& args)
   }
 }
 
+void GlooGroup::check(int op, const at::Tensor& t, int64_t extra) {
+  if (check_consistency_ && size() > 1) {
+    Fingerprint f{op, static_cast<int64_t>(t.scalar_type()), t.numel(), extra};
+    check_consistency(*pg_, f, rank(), size(), where());
+  }
+}
+
 std::shared_ptr<Work> GlooGroup::wrap(c10::intrusive_ptr<c10d::Work> work, const char* op) {
   return std::make_shared<GlooWork>(std::move(work), options().timeout, where(), op);
 }
 
 // Gloo in LibTorch 1.13 has no bfloat16. Moving data (broadcast, allgather) views the bits as
 // float16; reductions go through a float32 copy, synchronously (the shm backend is the fast path).
-at::Tensor bits_as_half(const at::Tensor& t) {
+static at::Tensor bits_as_half(const at::Tensor& t) {
   return t.scalar_type() == at::kBFloat16 ? t.view(at::kHalf) : t;
 }
 
-std::shared_ptr<Work> GlooGroup::do_allreduce(at::Tensor& tensor, const AllreduceOptions& opts) {
+std::shared_ptr<Work> GlooGroup::launch_allreduce(at::Tensor& tensor, ReduceOp op) {
   if (tensor.scalar_type() == at::kBFloat16) {
     auto wide = tensor.to(at::kFloat);
-    do_allreduce(wide, opts)->wait();
+    launch_allreduce(wide, op)->wait();
     tensor.copy_(wide);
     auto done = std::make_shared<CompletionWork>(options().timeout, where());
     done->complete();
     return done;
   }
-  if (opts.op == ReduceOp::kAvg) {
+  if (op == ReduceOp::kAvg) {
     tensor.div_(size());
   }
   std::vector<at::Tensor> tensors{tensor};
   c10d::AllreduceOptions o;
-  o.reduceOp = to_c10d(opts.op);
+  o.reduceOp = to_c10d(op);
   return wrap(pg_->allreduce(tensors, o), "allreduce");
 }
 
+std::shared_ptr<Work> GlooGroup::do_allreduce(at::Tensor& tensor, const AllreduceOptions& opts) {
+  check(0, tensor, static_cast<int64_t>(opts.op));
+  return launch_allreduce(tensor, opts.op);
+}
+
 std::shared_ptr<Work> GlooGroup::do_broadcast(at::Tensor& tensor, const BroadcastOptions& opts) {
+  check(1, tensor, opts.root);
   std::vector<at::Tensor> tensors{bits_as_half(tensor)};
   c10d::BroadcastOptions o;
   o.rootRank = opts.root;
@@ -110,6 +126,7 @@ std::shared_ptr<Work> GlooGroup::do_broadcast(at::Tensor& tensor, const Broadcas
 }
 
 std::shared_ptr<Work> GlooGroup::do_allgather(at::Tensor& output, const at::Tensor& input) {
+  check(2, input, 0);
   // Gloo's allgather writes into a list of tensors: views of `output`, one per rank.
   std::vector<std::vector<at::Tensor>> outputs(1);
   for (const auto& chunk : output.view({-1}).chunk(size())) {
@@ -121,21 +138,22 @@ std::shared_ptr<Work> GlooGroup::do_allgather(at::Tensor& output, const at::Tens
 
 std::shared_ptr<Work> GlooGroup::do_reduce_scatter(at::Tensor& output, const at::Tensor& input,
                                                    const ReduceScatterOptions& opts) {
+  check(3, input, static_cast<int64_t>(opts.op));
   // ProcessGroupGloo has no reduce_scatter: all-reduce a copy of the input and keep our slice.
   // Twice the traffic of a real reduce-scatter; the shm backend is the fast path on one host.
   auto full = input.clone();
-  AllreduceOptions ar;
-  ar.op = opts.op;
-  auto work = do_allreduce(full, ar);
-  auto n = output.numel();
-  auto result = std::make_shared<CompletionWork>(options().timeout, where());
-  work->wait();
+  launch_allreduce(full, opts.op)->wait();
+  const auto n = output.numel();
   output.view({-1}).copy_(full.view({-1}).narrow(0, rank() * n, n));
-  result->complete();
-  return result;
+  auto done = std::make_shared<CompletionWork>(options().timeout, where());
+  done->complete();
+  return done;
 }
 
-std::shared_ptr<Work> GlooGroup::do_barrier() { return wrap(pg_->barrier(), "barrier"); }
+std::shared_ptr<Work> GlooGroup::do_barrier() {
+  check(4, at::empty({0}), 0);
+  return wrap(pg_->barrier(), "barrier");
+}
 
 std::shared_ptr<ProcessGroup> make_gloo_group(const BackendArgs& args) {
   return std::make_shared<GlooGroup>(args);

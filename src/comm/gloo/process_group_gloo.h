@@ -23,6 +23,12 @@ class GlooGroup : public ProcessGroup {
 
  private:
   std::shared_ptr<Work> wrap(c10::intrusive_ptr<c10d::Work> work, const char* op);
+  // Average and bfloat16, which Gloo lacks, on top of its sum and float32.
+  std::shared_ptr<Work> launch_allreduce(at::Tensor& tensor, ReduceOp op);
+  // With DPX_DEBUG=DETAIL: see consistency.h.
+  void check(int op, const at::Tensor& t, int64_t extra);
+
+  bool check_consistency_;
 
   std::shared_ptr<Store> store_;
   c10::intrusive_ptr<c10d::ProcessGroupGloo> pg_;

@@ -40,10 +40,12 @@ std::shared_ptr<Store> Store::tcp(const TcpStoreOptions& o) {
   if (o.world_size > 0) {
     opts.numWorkers = static_cast<std::size_t>(o.world_size);
   }
-  opts.timeout = o.timeout;
+  // c10d counts the connect timeout in whole seconds: below one second it gives up at once.
+  opts.timeout = std::max(o.timeout, std::chrono::milliseconds(1000));
   const std::string name = "tcp://" + o.host + ":" + std::to_string(o.port);
   try {
     auto impl = c10::make_intrusive<c10d::TCPStore>(o.host, opts);
+    impl->setTimeout(o.timeout);
     auto port = impl->getPort();
     return std::shared_ptr<Store>(
         new Store(impl, "tcp://" + o.host + ":" + std::to_string(port), port, nullptr));

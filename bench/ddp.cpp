@@ -1,0 +1,344 @@
+// dpx-bench ddp: training throughput and CPU cost of dpx DDP against plain LibTorch, the
+// hand-written "all-reduce every gradient after backward" loop and PyTorch's Python DDP.
+// Configurations alternate within rounds (this machine is noisy); medians and ratios are
+// reported. Every configuration runs in fresh processes forked (or, for Python, spawned) here.
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <map>
+#include <thread>
+
+#include "command.h"
+#include "ddp_models.h"
+#include "dpx/dpx.h"
+
+namespace dpx::bench {
+namespace {
+
+struct Args {
+  std::string backend = "gloo";
+  int rounds = 3;
+  int cnn_steps = 30;
+  int mlp_steps = 4;
+  int warmup = 2;
+  int batch = 64;
+  int threads = 1;  // intra-op threads per process
+  int mlp_width = 4096;
+  bool python = true;
+  std::vector<std::string> models = {"cnn", "mlp"};
+};
+
+enum class Mode { kPlain, kPlainPair, kDdp1, kDdp2, kManual2, kPython2 };
+
+const char* name_of(Mode m) {
+  switch (m) {
+    case Mode::kPlain: return "plain LibTorch, 1 process";
+    case Mode::kPlainPair: return "2 independent plain processes";
+    case Mode::kDdp1: return "dpx DDP, 1 rank";
+    case Mode::kDdp2: return "dpx DDP, 2 ranks";
+    case Mode::kManual2: return "hand-written all-reduce loop, 2 ranks";
+    case Mode::kPython2: return "Python DDP (gloo), 2 ranks";
+  }
+  return "?";
+}
+
+int world_of(Mode m) { return m == Mode::kPlain || m == Mode::kDdp1 ? 1 : 2; }
+bool communicates(Mode m) { return m == Mode::kDdp1 || m == Mode::kDdp2 || m == Mode::kManual2; }
+
+struct Sample {
+  double samples_per_s = 0;
+  double cpu_per_1000 = 0;  // user + system seconds of all processes per 1000 samples
+  double comm_ms = NAN, exposed_ms = NAN;
+};
+
+double cpu_seconds() {
+  rusage r{};
+  ::getrusage(RUSAGE_SELF, &r);
+  auto s = [](const timeval& t) { return t.tv_sec + t.tv_usec / 1e6; };
+  return s(r.ru_utime) + s(r.ru_stime);
+}
+
+// One training process. Writes "<seconds> <cpu seconds> <comm ms> <exposed ms>" to `out`.
+template <typename Model>
+void train(Model model, const Args& a, Mode mode, const std::string& model_name, int rank,
+           std::uint16_t port, const std::string& out) {
+  torch::set_num_threads(a.threads);
+  const int world = world_of(mode);
+  std::shared_ptr<ProcessGroup> pg;
+  if (communicates(mode)) {
+    TcpStoreOptions so;
+    so.port = port;
+    pg = new_process_group(a.backend, Store::tcp(so), rank, world);
+  }
+  auto x = torch::randn({a.batch, 1, 28, 28});
+  auto y = torch::randint(10, {a.batch});
+  std::unique_ptr<DistributedDataParallel<typename Model::ContainedType>> ddp;
+  if (mode == Mode::kDdp1 || mode == Mode::kDdp2) {
+    ddp = std::make_unique<DistributedDataParallel<typename Model::ContainedType>>(model, pg);
+  }
+  torch::optim::SGD opt(model->parameters(), 0.01);
+  auto step = [&] {
+    opt.zero_grad();
+    auto logits = ddp ? ddp->forward(x) : model->forward(x);
+    torch::nn::functional::cross_entropy(logits, y).backward();
+    if (mode == Mode::kManual2) {  // what LibTorch users write today
+      for (auto& p : model->parameters()) {
+        pg->allreduce(p.mutable_grad())->wait();
+        p.mutable_grad().div_(world);
+      }
+    }
+    opt.step();
+  };
+  for (int i = 0; i < a.warmup; ++i) step();
+  if (pg) pg->barrier()->wait();
+  const int steps = model_name == "cnn" ? a.cnn_steps : a.mlp_steps;
+  const auto stats0 = ddp ? ddp->stats() : DdpStats{};
+  const double c0 = cpu_seconds();
+  const auto t0 = std::chrono::steady_clock::now();
+  for (int i = 0; i < steps; ++i) step();
+  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  const double cpu = cpu_seconds() - c0;
+  double comm = NAN, exposed = NAN;
+  if (ddp) {  // averages over the timed steps only
+    const auto s1 = ddp->stats();
+    const double n0 = stats0.iterations, n1 = s1.iterations;
+    comm = (s1.avg_backward_comm_ms * n1 - stats0.avg_backward_comm_ms * n0) / (n1 - n0);
+    exposed = (s1.avg_exposed_comm_ms * n1 - stats0.avg_exposed_comm_ms * n0) / (n1 - n0);
+  }
+  if (pg) pg->barrier()->wait();
+  std::ofstream(out) << secs << " " << cpu << " " << comm << " " << exposed << "\n";
+}
+
+// Waits for `pids` (at most `timeout`), killing all on failure. Returns false on failure.
+bool wait_all(std::vector<pid_t> pids, std::chrono::seconds timeout) {
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  bool ok = true;
+  for (std::size_t done = 0; done < pids.size();) {
+    int status = 0;
+    pid_t pid = ::waitpid(-1, &status, WNOHANG);
+    if (pid > 0) {
+      ++done;
+      if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) ok = false;
+      if (!ok) break;
+      continue;
+    }
+    if (std::chrono::steady_clock::now() > deadline) {
+      ok = false;
+      break;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  if (!ok) {
+    for (pid_t p : pids) ::kill(p, SIGKILL);
+    while (::waitpid(-1, nullptr, WNOHANG) > 0 || errno == EINTR) {
+    }
+  }
+  return ok;
+}
+
+std::string self_dir() {
+  char buf[4096];
+  ssize_t n = ::readlink("/proc/self/exe", buf, sizeof(buf) - 1);
+  std::string path(buf, n > 0 ? n : 0);
+  return path.substr(0, path.rfind('/'));
+}
+
+Sample run(const Args& a, Mode mode, const std::string& model, const std::string& dir) {
+  const int procs = mode == Mode::kPlainPair ? 2 : world_of(mode);
+  const std::string prefix = dir + "/" + model + std::to_string(static_cast<int>(mode));
+  std::shared_ptr<Store> server;
+  if (communicates(mode)) {
+    TcpStoreOptions so;
+    so.is_server = true;
+    server = Store::tcp(so);
+  }
+  const std::uint16_t port = server ? server->port() : 0;
+  std::vector<pid_t> pids;
+  std::fflush(stdout);
+  if (mode == Mode::kPython2) {
+    pid_t pid = ::fork();
+    if (pid == 0) {
+      const std::string script = std::string(DPX_BENCH_SOURCE_DIR) + "/python/ddp_baseline.py";
+      std::vector<std::string> argv = {"/usr/bin/python3", script, "--model", model, "--world",
+                                       "2", "--steps",
+                                       std::to_string(model == "cnn" ? a.cnn_steps : a.mlp_steps),
+                                       "--warmup", std::to_string(a.warmup), "--batch",
+                                       std::to_string(a.batch), "--threads",
+                                       std::to_string(a.threads), "--mlp-width",
+                                       std::to_string(a.mlp_width), "--out", prefix};
+      std::vector<char*> cargv;
+      for (auto& s : argv) cargv.push_back(s.data());
+      cargv.push_back(nullptr);
+      ::execv(cargv[0], cargv.data());
+      ::_exit(127);
+    }
+    pids.push_back(pid);
+  } else {
+    for (int r = 0; r < procs; ++r) {
+      pid_t pid = ::fork();
+      if (pid == 0) {
+        int code = 0;
+        try {
+          torch::manual_seed(0);
+          const std::string out = prefix + ".rank" + std::to_string(r);
+          const int rank = mode == Mode::kPlainPair ? 0 : r;
+          if (model == "cnn") {
+            train(FashionCnn(), a, mode, model, rank, port, out);
+          } else {
+            train(WideMlp(a.mlp_width), a, mode, model, rank, port, out);
+          }
+        } catch (const std::exception& e) {
+          std::fprintf(stderr, "%s rank %d: %s\n", name_of(mode), r, e.what());
+          code = 1;
+        }
+        std::fflush(stderr);
+        ::_exit(code);
+      }
+      pids.push_back(pid);
+    }
+  }
+  TORCH_CHECK(wait_all(pids, std::chrono::seconds(900)), name_of(mode), " (", model,
+              ") failed or timed out");
+  double max_secs = 0, cpu = 0, comm = NAN, exposed = NAN;
+  for (int r = 0; r < procs; ++r) {
+    const std::string path = prefix + ".rank" + std::to_string(r);
+    std::ifstream in(path);
+    double secs = 0, c = 0, cm = NAN, ex = NAN;
+    in >> secs >> c;
+    if (!(in >> cm >> ex)) cm = ex = NAN;
+    TORCH_CHECK(secs > 0, "no result in ", path);
+    max_secs = std::max(max_secs, secs);
+    cpu += c;
+    if (r == 0) comm = cm, exposed = ex;
+    std::remove(path.c_str());
+  }
+  const int steps = model == "cnn" ? a.cnn_steps : a.mlp_steps;
+  const double samples = static_cast<double>(procs) * a.batch * steps;
+  return {samples / max_secs, cpu / samples * 1000, comm, exposed};
+}
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const auto n = v.size();
+  return n == 0 ? NAN : n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
+Args parse(const std::vector<std::string>& argv) {
+  Args a;
+  for (std::size_t i = 0; i < argv.size(); ++i) {
+    const auto& k = argv[i];
+    auto next = [&]() -> std::string {
+      TORCH_CHECK(i + 1 < argv.size(), k, " needs a value");
+      return argv[++i];
+    };
+    if (k == "--backend") a.backend = next();
+    else if (k == "--rounds") a.rounds = std::stoi(next());
+    else if (k == "--cnn-steps") a.cnn_steps = std::stoi(next());
+    else if (k == "--mlp-steps") a.mlp_steps = std::stoi(next());
+    else if (k == "--warmup") a.warmup = std::stoi(next());
+    else if (k == "--batch") a.batch = std::stoi(next());
+    else if (k == "--threads") a.threads = std::stoi(next());
+    else if (k == "--mlp-width") a.mlp_width = std::stoi(next());
+    else if (k == "--no-python") a.python = false;
+    else if (k == "--models") {
+      a.models.clear();
+      std::string s = next();
+      for (std::size_t p = 0; p <= s.size();) {
+        auto q = std::min(s.find(',', p), s.size());
+        a.models.push_back(s.substr(p, q - p));
+        p = q + 1;
+      }
+    } else {
+      TORCH_CHECK(false, "unknown argument ", k, "; see docs/performance.md for the options");
+    }
+  }
+  TORCH_CHECK(a.rounds >= 1 && a.warmup >= 1 && a.cnn_steps >= 1 && a.mlp_steps >= 1,
+              "rounds, warmup and steps must be at least 1");
+  return a;
+}
+
+void report(const Args& a, const std::string& model, const std::vector<Mode>& modes,
+            std::map<Mode, std::vector<Sample>>& all) {
+  std::map<Mode, Sample> med;
+  for (auto m : modes) {
+    std::vector<double> sps, cpu, comm, exposed;
+    for (const auto& s : all[m]) {
+      sps.push_back(s.samples_per_s);
+      cpu.push_back(s.cpu_per_1000);
+      if (!std::isnan(s.comm_ms)) comm.push_back(s.comm_ms), exposed.push_back(s.exposed_ms);
+    }
+    med[m] = {median(sps), median(cpu), median(comm), median(exposed)};
+  }
+  std::printf("\n### %s (batch %d per process, %d intra-op thread(s), backend %s, %d rounds)\n\n",
+              model == "cnn" ? "Fashion-MNIST CNN" : "MLP", a.batch, a.threads,
+              a.backend.c_str(), a.rounds);
+  std::printf("| configuration | samples/s | CPU s / 1000 samples | comm ms/iter | exposed ms/iter |\n");
+  std::printf("|---|---:|---:|---:|---:|\n");
+  for (auto m : modes) {
+    const auto& s = med[m];
+    std::printf("| %s | %.1f | %.3f | %s | %s |\n", name_of(m), s.samples_per_s,
+                s.cpu_per_1000,
+                std::isnan(s.comm_ms) ? "" : std::to_string(s.comm_ms).substr(0, 7).c_str(),
+                std::isnan(s.exposed_ms) ? "" : std::to_string(s.exposed_ms).substr(0, 7).c_str());
+  }
+  auto ratio = [&](Mode a_, Mode b_, bool cpu) {
+    return cpu ? med[a_].cpu_per_1000 / med[b_].cpu_per_1000
+               : med[a_].samples_per_s / med[b_].samples_per_s;
+  };
+  std::printf("\n- dpx DDP 2 ranks / 2 independent processes: %.3f\n",
+              ratio(Mode::kDdp2, Mode::kPlainPair, false));
+  std::printf("- dpx DDP 1 rank / plain: %.3f\n", ratio(Mode::kDdp1, Mode::kPlain, false));
+  std::printf("- dpx DDP 2 ranks / hand-written loop: %.3f\n",
+              ratio(Mode::kDdp2, Mode::kManual2, false));
+  if (all.count(Mode::kPython2)) {
+    std::printf("- dpx DDP 2 ranks / Python DDP: %.3f throughput, %.3f CPU per sample\n",
+                ratio(Mode::kDdp2, Mode::kPython2, false), ratio(Mode::kDdp2, Mode::kPython2, true));
+  }
+  std::printf("- dpx DDP 2 ranks exposed / total communication: %.3f\n",
+              med[Mode::kDdp2].exposed_ms / med[Mode::kDdp2].comm_ms);
+}
+
+int run_ddp_bench(const std::vector<std::string>& argv) {
+  const Args a = parse(argv);
+  char dir_template[] = "/tmp/dpx-bench-ddp-XXXXXX";
+  const std::string dir = ::mkdtemp(dir_template);
+  std::vector<Mode> modes = {Mode::kPlain, Mode::kPlainPair, Mode::kDdp1, Mode::kDdp2,
+                             Mode::kManual2};
+  if (a.python) {
+    if (std::system("/usr/bin/python3 -c 'import torch.distributed' >/dev/null 2>&1") == 0) {
+      modes.push_back(Mode::kPython2);
+    } else {
+      std::printf("SKIPPED Python DDP: /usr/bin/python3 cannot import torch\n");
+    }
+  }
+  std::map<std::string, std::map<Mode, std::vector<Sample>>> results;
+  for (int round = 0; round < a.rounds; ++round) {
+    for (const auto& model : a.models) {
+      TORCH_CHECK(model == "cnn" || model == "mlp", "unknown model ", model, "; use cnn,mlp");
+      for (auto m : modes) {
+        auto s = run(a, m, model, dir);
+        results[model][m].push_back(s);
+        std::fprintf(stderr, "round %d %s %-40s %9.1f samples/s %7.3f cpu-s/1000\n", round,
+                     model.c_str(), name_of(m), s.samples_per_s, s.cpu_per_1000);
+      }
+    }
+  }
+  ::rmdir(dir.c_str());
+  std::printf("dpx-bench ddp");
+  for (const auto& s : argv) std::printf(" %s", s.c_str());
+  std::printf("\n");
+  for (const auto& model : a.models) report(a, model, modes, results[model]);
+  return 0;
+}
+
+const RegisterCommand kRegister("ddp", "DDP training throughput vs plain, hand-written, Python DDP",
+                                run_ddp_bench);
+
+}  // namespace
+}  // namespace dpx::bench

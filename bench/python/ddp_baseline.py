@@ -1,0 +1,102 @@
+#!/usr/bin/python3
+"""PyTorch's Python DDP (gloo) on the models of `dpx-bench ddp`, for its comparison table.
+
+Usage: ddp_baseline.py --model cnn|mlp --world W --steps S --warmup N --batch B
+                       --threads T --mlp-width N --out PREFIX
+Each rank writes PREFIX.rankR: "<seconds of the timed steps> <user+sys CPU seconds>".
+"""
+import argparse
+import os
+import resource
+import socket
+import time
+
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+class FashionCnn(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv1 = nn.Conv2d(1, 32, 3)
+        self.conv2 = nn.Conv2d(32, 64, 3)
+        self.fc1 = nn.Linear(9216, 128)
+        self.fc2 = nn.Linear(128, 10)
+
+    def forward(self, x):
+        x = F.relu(self.conv1(x))
+        x = F.max_pool2d(F.relu(self.conv2(x)), 2)
+        return self.fc2(F.relu(self.fc1(x.flatten(1))))
+
+
+class WideMlp(nn.Module):
+    def __init__(self, w):
+        super().__init__()
+        self.fc1 = nn.Linear(784, w)
+        self.fc2 = nn.Linear(w, w)
+        self.fc3 = nn.Linear(w, 1024)
+        self.fc4 = nn.Linear(1024, 10)
+
+    def forward(self, x):
+        x = F.relu(self.fc1(x.flatten(1)))
+        x = F.relu(self.fc2(x))
+        return self.fc4(F.relu(self.fc3(x)))
+
+
+def cpu_seconds():
+    r = resource.getrusage(resource.RUSAGE_SELF)
+    return r.ru_utime + r.ru_stime
+
+
+def worker(rank, args, port):
+    os.environ["MASTER_ADDR"] = "127.0.0.1"
+    os.environ["MASTER_PORT"] = str(port)
+    torch.set_num_threads(args.threads)
+    dist.init_process_group("gloo", rank=rank, world_size=args.world)
+    torch.manual_seed(0)
+    model = FashionCnn() if args.model == "cnn" else WideMlp(args.mlp_width)
+    ddp = nn.parallel.DistributedDataParallel(model)
+    opt = torch.optim.SGD(ddp.parameters(), lr=0.01)
+    x = torch.randn(args.batch, 1, 28, 28)
+    y = torch.randint(10, (args.batch,))
+
+    def step():
+        opt.zero_grad()
+        F.cross_entropy(ddp(x), y).backward()
+        opt.step()
+
+    for _ in range(args.warmup):
+        step()
+    dist.barrier()
+    t0, c0 = time.perf_counter(), cpu_seconds()
+    for _ in range(args.steps):
+        step()
+    t1, c1 = time.perf_counter(), cpu_seconds()
+    with open("%s.rank%d" % (args.out, rank), "w") as f:
+        f.write("%.9f %.9f\n" % (t1 - t0, c1 - c0))
+    dist.barrier()
+    dist.destroy_process_group()
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("--model", choices=["cnn", "mlp"], required=True)
+    p.add_argument("--world", type=int, default=2)
+    p.add_argument("--steps", type=int, default=20)
+    p.add_argument("--warmup", type=int, default=3)
+    p.add_argument("--batch", type=int, default=64)
+    p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--mlp-width", type=int, default=4096)
+    p.add_argument("--out", required=True)
+    args = p.parse_args()
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    mp.spawn(worker, args=(args, port), nprocs=args.world, join=True)
+
+
+if __name__ == "__main__":
+    main()

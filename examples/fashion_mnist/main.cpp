@@ -1,0 +1,203 @@
+// Fashion-MNIST on every rank of a job with DistributedDataParallel: the main job of dpx.
+// Run under a launcher:  dpxrun --nproc-per-node 2 build/examples/fashion_mnist/fashion_mnist
+// It resumes from the newest checkpoint in --checkpoint-dir (so a restarted job continues),
+// shows a progress bar on rank 0 and appends metrics as JSON lines (scripts/plot_metrics.sh).
+#include <torch/torch.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <map>
+
+#include "dpx/dpx.h"
+
+namespace {
+
+struct Flags {
+  int64_t epochs = 3;
+  int64_t batch_size = 64;  // per rank
+  double lr = 2e-3;  // Adam, for the global batch of 2 x 64
+  std::string backend = "auto";
+  std::string checkpoint_dir = "fashion_mnist_checkpoints";
+  int64_t checkpoint_every = 200;  // steps; and at each epoch's end
+  std::string metrics_file = "fashion_mnist_metrics.jsonl";
+  std::string data_dir = dpx::FashionMNIST::kDefaultRoot;
+  int64_t max_steps = -1;    // stop once this many steps were taken in total (smoke tests)
+  int64_t train_limit = -1;  // use only the first N training and N/6 test images (smoke tests)
+};
+
+Flags parse_flags(int argc, char** argv) {
+  Flags f;
+  std::map<std::string, std::function<void(const std::string&)>> set = {
+      {"epochs", [&](auto v) { f.epochs = std::stoll(v); }},
+      {"batch-size", [&](auto v) { f.batch_size = std::stoll(v); }},
+      {"lr", [&](auto v) { f.lr = std::stod(v); }},
+      {"backend", [&](auto v) { f.backend = v; }},
+      {"checkpoint-dir", [&](auto v) { f.checkpoint_dir = v; }},
+      {"checkpoint-every", [&](auto v) { f.checkpoint_every = std::stoll(v); }},
+      {"metrics-file", [&](auto v) { f.metrics_file = v; }},
+      {"data-dir", [&](auto v) { f.data_dir = v; }},
+      {"max-steps", [&](auto v) { f.max_steps = std::stoll(v); }},
+      {"train-limit", [&](auto v) { f.train_limit = std::stoll(v); }},
+  };
+  for (int i = 1; i < argc; ++i) {
+    std::string arg = argv[i], value;
+    TORCH_CHECK(arg.rfind("--", 0) == 0, "unexpected argument '", arg, "'");
+    arg = arg.substr(2);
+    if (const auto eq = arg.find('='); eq != std::string::npos) {
+      value = arg.substr(eq + 1);
+      arg = arg.substr(0, eq);
+    } else {
+      TORCH_CHECK(i + 1 < argc, "flag --", arg, " needs a value");
+      value = argv[++i];
+    }
+    TORCH_CHECK(set.count(arg), "unknown flag --", arg,
+                "; flags: --epochs --batch-size --lr --backend --checkpoint-dir "
+                "--checkpoint-every --metrics-file --data-dir --max-steps --train-limit");
+    set[arg](value);
+  }
+  return f;
+}
+
+// conv 32 -> pool -> conv 64 -> pool -> fc 128 -> fc 10
+struct NetImpl : torch::nn::Module {
+  NetImpl()
+      : conv1(register_module("conv1", torch::nn::Conv2d(torch::nn::Conv2dOptions(1, 32, 3).padding(1)))),
+        conv2(register_module("conv2", torch::nn::Conv2d(torch::nn::Conv2dOptions(32, 64, 3).padding(1)))),
+        fc1(register_module("fc1", torch::nn::Linear(64 * 7 * 7, 128))),
+        fc2(register_module("fc2", torch::nn::Linear(128, 10))) {}
+  torch::Tensor forward(torch::Tensor x) {
+    x = torch::max_pool2d(torch::relu(conv1(x)), 2);
+    x = torch::max_pool2d(torch::relu(conv2(x)), 2);
+    return fc2(torch::relu(fc1(x.flatten(1))));
+  }
+  torch::nn::Conv2d conv1, conv2;
+  torch::nn::Linear fc1, fc2;
+};
+TORCH_MODULE(Net);
+
+// Normalized with Fashion-MNIST's mean and std, stacked into batches.
+auto prepared(dpx::FashionMNIST data) {
+  return std::move(data).map(torch::data::transforms::Normalize<>(0.2860, 0.3530))
+      .map(torch::data::transforms::Stack<>());
+}
+
+void progress_bar(int64_t epoch, int64_t epochs, int64_t done, int64_t total, double rate,
+                  double loss) {
+  constexpr int kWidth = 30;
+  const int filled = total > 0 ? static_cast<int>(kWidth * done / total) : kWidth;
+  std::fprintf(stderr, "\repoch %lld/%lld [%s%s] %lld/%lld  %.0f samples/s  loss %.4f",
+               static_cast<long long>(epoch + 1), static_cast<long long>(epochs),
+               std::string(filled, '#').c_str(), std::string(kWidth - filled, '.').c_str(),
+               static_cast<long long>(done), static_cast<long long>(total), rate, loss);
+  if (!isatty(2) || done == total) std::fprintf(stderr, "\n");
+}
+
+// Test loss and accuracy over the first n test images: each rank takes its shard (without the
+// sampler's padding, so nothing counts twice) and the sums are all-reduced.
+std::pair<double, double> evaluate(Net& net, const dpx::FashionMNIST& test, dpx::ProcessGroup& pg,
+                                   int64_t n) {
+  torch::NoGradGuard no_grad;
+  net->eval();
+  std::vector<int64_t> mine;
+  for (int64_t i = pg.rank(); i < n; i += pg.size()) mine.push_back(i);  // = the sampler's shard
+  auto index = torch::tensor(mine, torch::kInt64);
+  auto sums = torch::zeros({3}, torch::kFloat64);  // loss, correct, count
+  for (const auto& chunk : index.split(1000)) {
+    auto x = (test.images().index_select(0, chunk) - 0.2860) / 0.3530;
+    auto y = test.targets().index_select(0, chunk);
+    auto out = net->forward(x);
+    sums[0] += torch::nn::functional::cross_entropy(out, y, torch::nn::functional::CrossEntropyFuncOptions().reduction(torch::kSum)).item<double>();
+    sums[1] += out.argmax(1).eq(y).sum().item<double>();
+    sums[2] += static_cast<double>(chunk.numel());
+  }
+  pg.allreduce(sums)->wait();
+  net->train();
+  return {sums[0].item<double>() / sums[2].item<double>(),
+          sums[1].item<double>() / sums[2].item<double>()};
+}
+
+}  // namespace
+
+int main(int argc, char** argv) try {
+  const Flags flags = parse_flags(argc, argv);
+  torch::set_num_threads(1);  // one core per rank; the ranks are the parallelism
+  auto pg = dpx::init_process_group({.backend = flags.backend});
+  const bool lead = pg->rank() == 0;
+  torch::manual_seed(0);  // the same initial model on every rank (DDP broadcasts rank 0's anyway)
+
+  dpx::FashionMNIST train_data(flags.data_dir, dpx::FashionMNIST::Mode::kTrain);
+  dpx::FashionMNIST test_data(flags.data_dir, dpx::FashionMNIST::Mode::kTest);
+  // The sampler only draws from the first train_size images: --train-limit needs no copy.
+  const size_t train_size = flags.train_limit > 0 ? flags.train_limit : *train_data.size();
+  const int64_t test_size = flags.train_limit > 0 ? std::max<int64_t>(1, flags.train_limit / 6)
+                                                  : *test_data.size();
+  dpx::DistributedSampler sampler(train_size, pg->size(), pg->rank(), {.shuffle = true, .seed = 0});
+  auto loader = torch::data::make_data_loader(prepared(train_data), sampler,
+                                              torch::data::DataLoaderOptions(flags.batch_size));
+
+  Net net;
+  torch::optim::Adam optimizer(net->parameters(), torch::optim::AdamOptions(flags.lr));
+  dpx::Checkpointer checkpointer({.directory = flags.checkpoint_dir}, pg);
+  dpx::TrainingProgress progress;
+  if (auto resumed = checkpointer.load_latest(*net, optimizer)) {
+    progress = *resumed;
+    if (lead) std::fprintf(stderr, "resumed from checkpoint at epoch %lld step %lld\n",
+                           (long long)progress.epoch + 1, (long long)progress.step);
+    if (lead && progress.epoch >= flags.epochs)
+      std::fprintf(stderr, "already trained for %lld epochs; remove %s to start over\n",
+                   (long long)flags.epochs, flags.checkpoint_dir.c_str());
+  }
+  dpx::DistributedDataParallel ddp(net, pg);
+  std::ofstream metrics;
+  if (lead) metrics.open(flags.metrics_file, std::ios::app);
+
+  const auto start = std::chrono::steady_clock::now();
+  auto seconds = [&] {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  };
+  auto step_limit_reached = [&] { return flags.max_steps >= 0 && progress.step >= flags.max_steps; };
+  for (int64_t epoch = progress.epoch; epoch < flags.epochs && !step_limit_reached(); ++epoch) {
+    sampler.resume(epoch, epoch == progress.epoch ? progress.sampler_position : 0);
+    int64_t seen = epoch == progress.epoch ? progress.sampler_position : 0;
+    double loss_sum = 0, epoch_start = seconds();
+    int64_t steps = 0;
+    for (auto& batch : *loader) {
+      optimizer.zero_grad();
+      auto loss = torch::nn::functional::cross_entropy(ddp.forward(batch.data), batch.target);
+      loss.backward();
+      optimizer.step();
+      seen += batch.data.size(0);
+      loss_sum += loss.item<double>();
+      ++steps, ++progress.step;
+      const double rate = steps * flags.batch_size * pg->size() / (seconds() - epoch_start);
+      if (lead && (steps % 20 == 0 || seen == (int64_t)sampler.num_samples() || step_limit_reached())) {
+        progress_bar(epoch, flags.epochs, seen * pg->size(), sampler.total_size(), rate,
+                     loss_sum / steps);
+        metrics << "{\"type\":\"train\",\"epoch\":" << epoch + 1 << ",\"step\":" << progress.step
+                << ",\"loss\":" << loss_sum / steps << ",\"samples_per_s\":" << rate
+                << ",\"elapsed_s\":" << seconds() << "}" << std::endl;
+      }
+      if (progress.step % flags.checkpoint_every == 0) {
+        checkpointer.save(*net, optimizer, {epoch, progress.step, seen});
+      }
+      if (step_limit_reached()) break;
+    }
+    const auto [test_loss, accuracy] = evaluate(net, test_data, *pg, test_size);
+    const bool epoch_done = seen >= static_cast<int64_t>(sampler.num_samples());
+    checkpointer.save(*net, optimizer, epoch_done ? dpx::TrainingProgress{epoch + 1, progress.step, 0}
+                                                  : dpx::TrainingProgress{epoch, progress.step, seen});
+    if (lead) {
+      std::fprintf(stderr, "epoch %lld: test accuracy %.2f%%, test loss %.4f, %.1f s\n",
+                   (long long)epoch + 1, 100 * accuracy, test_loss, seconds());
+      metrics << "{\"type\":\"eval\",\"epoch\":" << epoch + 1 << ",\"step\":" << progress.step
+              << ",\"test_loss\":" << test_loss << ",\"test_accuracy\":" << accuracy
+              << ",\"elapsed_s\":" << seconds() << "}" << std::endl;
+    }
+  }
+  return 0;
+} catch (const std::exception& e) {
+  std::fprintf(stderr, "fashion_mnist: %s\n", e.what());
+  return 1;
+}

@@ -1,0 +1,42 @@
+// The checkpoint file: a small header with a checksum, then the payload (a LibTorch archive).
+//
+// Layout (little-endian):
+//   bytes 0-7    magic "DPXCKPT1"
+//   bytes 8-15   payload size in bytes
+//   bytes 16-19  CRC32 of the payload (zlib's crc32)
+//   bytes 20-23  reserved, 0
+//   bytes 24-    payload
+// A truncated file fails the size check, a flipped bit the CRC, so a damaged checkpoint is
+// refused before LibTorch parses any of it.
+#pragma once
+
+#include <cstddef>
+#include <functional>
+#include <stdexcept>
+#include <string>
+
+namespace dpx {
+
+// A checkpoint file that is missing, truncated or corrupt; the message names the file.
+class CheckpointError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+struct CheckpointWriteOptions {
+  // Test hook: called once after the first `partial_bytes` bytes reached the temporary file
+  // (before fsync and rename), so a test can kill the writer in the middle of a save.
+  std::function<void()> after_partial_write;
+  size_t partial_bytes = 64;
+};
+
+// Writes atomically: <path>.tmp.<pid>, write, fsync, rename over <path>, fsync the directory.
+// After a crash at any point, <path> is either absent, or the old or the new complete file.
+void write_checkpoint_file(const std::string& path, const std::string& payload,
+                           const CheckpointWriteOptions& options = {});
+
+// The payload of a file written by write_checkpoint_file; throws CheckpointError naming the
+// file and what is wrong with it.
+std::string read_checkpoint_file(const std::string& path);
+
+}  // namespace dpx

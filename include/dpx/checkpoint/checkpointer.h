@@ -1,0 +1,73 @@
+// Saving and resuming training: rank 0 writes, every rank loads the same checkpoint.
+//
+// Note [Checkpoint protocol]
+// save():  1. rank 0 serializes model, optimizer, progress and its CPU RNG state,
+//          2. writes checkpoint-<step>.dpx atomically (checkpoint_file.h), deletes all but the
+//             newest keep_last ones and temporary files that killed writers left behind,
+//          3. every rank waits at a barrier, so no rank runs ahead of a checkpoint in progress.
+// load_latest(): 1. barrier, 2. rank 0 picks the newest file whose checksum holds (reporting
+//          and skipping damaged ones), 3. broadcasts its step, 4. every rank loads that file.
+// The directory must be visible to every rank (one host, or a shared file system).
+#pragma once
+
+#include <torch/nn/module.h>
+#include <torch/optim/optimizer.h>
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "dpx/checkpoint/checkpoint_file.h"
+#include "dpx/comm/process_group.h"
+#include "dpx/comm/types.h"
+
+namespace dpx {
+
+// Where training stands; what a resumed run continues from.
+struct TrainingProgress {
+  int64_t epoch = 0;             // the epoch in progress (or the next one, at an epoch's end)
+  int64_t step = 0;              // optimizer steps taken so far, over all epochs
+  int64_t sampler_position = 0;  // samples of `epoch` this rank consumed (DistributedSampler::resume)
+};
+
+struct CheckpointerOptions {
+  std::string directory;
+  int keep_last = 3;
+  std::chrono::milliseconds timeout = kDefaultTimeout;  // barriers and the broadcast
+  CheckpointWriteOptions write;                         // test hooks
+};
+
+class Checkpointer {
+ public:
+  // `process_group` may be null for a single process.
+  Checkpointer(CheckpointerOptions options, std::shared_ptr<ProcessGroup> process_group);
+
+  // Collective. Returns the path written (on every rank).
+  std::string save(const torch::nn::Module& model, const torch::optim::Optimizer& optimizer,
+                   const TrainingProgress& progress);
+
+  // Collective. Restores model, optimizer and the CPU RNG from the newest good checkpoint and
+  // returns its progress; nullopt when there is none (a fresh start).
+  std::optional<TrainingProgress> load_latest(torch::nn::Module& model,
+                                              torch::optim::Optimizer& optimizer);
+
+  // Checkpoint files in the directory, newest first (not verified).
+  std::vector<std::string> list() const;
+
+  std::string path_for_step(int64_t step) const;
+
+ private:
+  void barrier();
+  int64_t pick_latest_good() const;
+  void prune() const;
+
+  CheckpointerOptions options_;
+  std::shared_ptr<ProcessGroup> pg_;
+  int rank_ = 0;
+  int world_ = 1;
+};
+
+}  // namespace dpx

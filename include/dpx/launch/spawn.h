@@ -1,0 +1,39 @@
+// dpx::spawn: the in-program launcher, like torch.multiprocessing.spawn. Forks nprocs workers that
+// run fn(rank, world_size) with the launcher's environment (RANK, WORLD_SIZE, MASTER_ADDR, ...,
+// and a store the parent serves on a free port), so init_process_group() works inside fn.
+#pragma once
+
+#include <chrono>
+#include <functional>
+#include <string>
+
+#include "dpx/comm/errors.h"
+#include "dpx/comm/types.h"
+
+namespace dpx {
+
+struct SpawnOptions {
+  // The whole job; when it passes, every worker is stopped and TimeoutError is thrown.
+  std::chrono::milliseconds timeout = kDefaultTimeout;
+  // After one worker fails, the others get SIGTERM and this long before SIGKILL.
+  std::chrono::milliseconds stop_grace = std::chrono::seconds(5);
+};
+
+// A worker of spawn() failed: `rank` is the first one that did, `message` what it threw (from
+// its error file), or its exit code / signal when it left no message.
+class ProcessFailedError : public DistributedError {
+ public:
+  ProcessFailedError(const std::string& what, int rank, int exit_code, int signal)
+      : DistributedError(what), rank(rank), exit_code(exit_code), signal(signal) {}
+  int rank;
+  int exit_code;  // -1 when killed by a signal
+  int signal;
+};
+
+// Runs fn(rank, nprocs) in nprocs forked processes and waits for all. If one throws or dies,
+// the others are stopped and ProcessFailedError carries the first failure's message. Call it
+// before creating threads of your own (fork copies only the calling thread).
+void spawn(int nprocs, const std::function<void(int rank, int world_size)>& fn,
+           SpawnOptions options = {});
+
+}  // namespace dpx

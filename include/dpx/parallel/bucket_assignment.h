@@ -1,0 +1,30 @@
+// Which gradients share a bucket (one all-reduce each). A pure function, so the layouts can be
+// checked against PyTorch's reference layouts without any communication.
+#pragma once
+
+#include <ATen/ATen.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+namespace dpx {
+
+// PyTorch's default cap of the first bucket (1 MiB): small, so the first all-reduce starts early.
+constexpr std::size_t kDefaultFirstBucketBytes = 1024 * 1024;
+
+struct BucketAssignment {
+  std::vector<std::vector<std::size_t>> buckets;  // tensor indices per bucket
+  std::vector<std::size_t> size_limits;           // the byte cap each bucket was filled against
+};
+
+// Groups `tensors` into buckets of one dtype and device each. Tensors are taken in the order of
+// `tensor_indices` (or 0..n-1 when empty); a bucket closes once it holds at least the current
+// limit in bytes, and each dtype/device walks through `bucket_size_limits` (the last limit
+// repeats). Without `tensor_indices` the buckets are sorted by their smallest tensor index;
+// with it, they stay in the order they filled (that order is the observed gradient order).
+BucketAssignment compute_bucket_assignment_by_size(
+    const std::vector<at::Tensor>& tensors, const std::vector<std::size_t>& bucket_size_limits,
+    const std::vector<std::int64_t>& tensor_indices = {});
+
+}  // namespace dpx

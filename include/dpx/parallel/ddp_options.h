@@ -1,0 +1,27 @@
+// Options of DistributedDataParallel and join(), with PyTorch 1.13's defaults.
+#pragma once
+
+namespace dpx {
+
+struct DistributedDataParallelOptions {
+  // Broadcast rank 0's buffers (e.g. BatchNorm running statistics) at every training forward.
+  bool broadcast_buffers = true;
+  // Cap of every bucket but the first (which is 1 MiB), in MiB of 1024 * 1024 bytes.
+  double bucket_cap_mb = 25;
+  // Find the parameters a forward did not reach and reduce them as zero gradients, so a model
+  // whose graph changes between iterations does not stall the reduction.
+  bool find_unused_parameters = false;
+  // .grad tensors become views into the bucket buffers: one copy fewer, less memory.
+  bool gradient_as_bucket_view = false;
+  // The set of used parameters (and how often each gradient hook fires) is the same in every
+  // iteration: learnt in the first one, then relied upon.
+  bool static_graph = false;
+};
+
+struct JoinOptions {
+  // Divide gradients by the initial world size (true, PyTorch's default) or by the number of
+  // ranks that still have data in this iteration (false).
+  bool divide_by_initial_world_size = true;
+};
+
+}  // namespace dpx

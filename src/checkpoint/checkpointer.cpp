@@ -1,0 +1,205 @@
+#include "dpx/checkpoint/checkpointer.h"
+
+#include <ATen/CPUGeneratorImpl.h>
+#include <dirent.h>
+#include <sys/stat.h>
+#include <torch/torch.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <sstream>
+
+#include "dpx/comm/errors.h"
+
+namespace dpx {
+namespace {
+
+constexpr const char* kPrefix = "checkpoint-";
+constexpr const char* kSuffix = ".dpx";
+
+// The step of "checkpoint-<step>.dpx", or -1 for any other name.
+int64_t step_of(const std::string& name) {
+  const std::string prefix = kPrefix, suffix = kSuffix;
+  if (name.size() <= prefix.size() + suffix.size() || name.rfind(prefix, 0) != 0 ||
+      name.compare(name.size() - suffix.size(), suffix.size(), suffix) != 0) {
+    return -1;
+  }
+  const auto digits = name.substr(prefix.size(), name.size() - prefix.size() - suffix.size());
+  if (!std::all_of(digits.begin(), digits.end(), ::isdigit)) {
+    return -1;
+  }
+  return std::stoll(digits);
+}
+
+std::vector<std::string> directory_entries(const std::string& dir) {
+  std::vector<std::string> names;
+  DIR* d = ::opendir(dir.c_str());
+  if (d == nullptr) {
+    return names;
+  }
+  while (const dirent* e = ::readdir(d)) {
+    names.emplace_back(e->d_name);
+  }
+  ::closedir(d);
+  return names;
+}
+
+void write_scalar(torch::serialize::OutputArchive& a, const char* key, int64_t v) {
+  a.write(key, torch::tensor(v, torch::kInt64));
+}
+
+int64_t read_scalar(torch::serialize::InputArchive& a, const char* key) {
+  torch::Tensor t;
+  a.read(key, t);
+  return t.item<int64_t>();
+}
+
+std::string serialize(const torch::nn::Module& model, const torch::optim::Optimizer& optimizer,
+                      const TrainingProgress& progress) {
+  torch::serialize::OutputArchive archive, model_archive, optimizer_archive;
+  model.save(model_archive);
+  optimizer.save(optimizer_archive);
+  archive.write("model", model_archive);
+  archive.write("optimizer", optimizer_archive);
+  write_scalar(archive, "epoch", progress.epoch);
+  write_scalar(archive, "step", progress.step);
+  write_scalar(archive, "sampler_position", progress.sampler_position);
+  {
+    auto gen = at::detail::getDefaultCPUGenerator();
+    std::lock_guard<std::mutex> lock(gen.mutex());
+    archive.write("rng_cpu", gen.get_state());
+  }
+  std::ostringstream out;
+  archive.save_to(out);
+  return out.str();
+}
+
+TrainingProgress deserialize(const std::string& payload, torch::nn::Module& model,
+                             torch::optim::Optimizer& optimizer) {
+  torch::serialize::InputArchive archive, model_archive, optimizer_archive;
+  archive.load_from(payload.data(), payload.size());
+  archive.read("model", model_archive);
+  archive.read("optimizer", optimizer_archive);
+  model.load(model_archive);
+  optimizer.load(optimizer_archive);
+  TrainingProgress progress;
+  progress.epoch = read_scalar(archive, "epoch");
+  progress.step = read_scalar(archive, "step");
+  progress.sampler_position = read_scalar(archive, "sampler_position");
+  torch::Tensor rng;
+  archive.read("rng_cpu", rng);
+  auto gen = at::detail::getDefaultCPUGenerator();
+  std::lock_guard<std::mutex> lock(gen.mutex());
+  gen.set_state(rng);
+  return progress;
+}
+
+}  // namespace
+
+Checkpointer::Checkpointer(CheckpointerOptions options,
+                           std::shared_ptr<ProcessGroup> process_group)
+    : options_(std::move(options)), pg_(std::move(process_group)) {
+  TORCH_CHECK(!options_.directory.empty(), "Checkpointer: options.directory is empty");
+  TORCH_CHECK(options_.keep_last >= 1, "Checkpointer: keep_last must be >= 1, got ",
+              options_.keep_last);
+  if (pg_) {
+    rank_ = pg_->rank();
+    world_ = pg_->size();
+  }
+  if (rank_ == 0) {
+    ::mkdir(options_.directory.c_str(), 0755);  // one level, as `mkdir dir`; EEXIST is fine
+    struct stat st {};
+    TORCH_CHECK(::stat(options_.directory.c_str(), &st) == 0 && S_ISDIR(st.st_mode), where(rank_, world_),
+                "checkpoint directory ", options_.directory,
+                " does not exist and cannot be created (does its parent exist?)");
+  }
+}
+
+std::string Checkpointer::path_for_step(int64_t step) const {
+  char name[64];
+  std::snprintf(name, sizeof(name), "%s%012lld%s", kPrefix, static_cast<long long>(step), kSuffix);
+  return options_.directory + "/" + name;
+}
+
+std::vector<std::string> Checkpointer::list() const {
+  std::vector<int64_t> steps;
+  for (const auto& name : directory_entries(options_.directory)) {
+    if (const int64_t step = step_of(name); step >= 0) {
+      steps.push_back(step);
+    }
+  }
+  std::sort(steps.rbegin(), steps.rend());
+  std::vector<std::string> paths;
+  for (const int64_t step : steps) {
+    paths.push_back(path_for_step(step));
+  }
+  return paths;
+}
+
+void Checkpointer::barrier() {
+  if (pg_ && world_ > 1) {
+    pg_->barrier()->wait(options_.timeout);
+  }
+}
+
+std::string Checkpointer::save(const torch::nn::Module& model,
+                               const torch::optim::Optimizer& optimizer,
+                               const TrainingProgress& progress) {
+  const std::string path = path_for_step(progress.step);
+  if (rank_ == 0) {
+    write_checkpoint_file(path, serialize(model, optimizer, progress), options_.write);
+    prune();
+  }
+  barrier();
+  return path;
+}
+
+void Checkpointer::prune() const {
+  const auto paths = list();
+  for (size_t i = options_.keep_last; i < paths.size(); ++i) {
+    ::unlink(paths[i].c_str());
+  }
+  // Temporary files of writers that were killed mid-save (only rank 0 writes, and it is done).
+  for (const auto& name : directory_entries(options_.directory)) {
+    if (name.rfind(kPrefix, 0) == 0 && name.find(".tmp.") != std::string::npos) {
+      ::unlink((options_.directory + "/" + name).c_str());
+    }
+  }
+}
+
+int64_t Checkpointer::pick_latest_good() const {
+  for (const auto& path : list()) {
+    try {
+      read_checkpoint_file(path);
+      return step_of(path.substr(path.find_last_of('/') + 1));
+    } catch (const CheckpointError& e) {
+      TORCH_WARN(where(rank_, world_), e.what(), "; skipping it and trying the previous one");
+    }
+  }
+  return -1;
+}
+
+std::optional<TrainingProgress> Checkpointer::load_latest(torch::nn::Module& model,
+                                                          torch::optim::Optimizer& optimizer) {
+  barrier();
+  auto step = torch::tensor({rank_ == 0 ? pick_latest_good() : int64_t{-1}}, torch::kInt64);
+  if (pg_ && world_ > 1) {
+    pg_->broadcast(step, {.root = 0})->wait(options_.timeout);
+  }
+  const int64_t chosen = step.item<int64_t>();
+  if (chosen < 0) {
+    return std::nullopt;
+  }
+  const std::string path = path_for_step(chosen);
+  std::string payload;
+  try {
+    payload = read_checkpoint_file(path);
+  } catch (const CheckpointError& e) {
+    throw CheckpointError(where(rank_, world_) + e.what() +
+                          " (rank 0 read it fine: is the directory shared by every rank?)");
+  }
+  return deserialize(payload, model, optimizer);
+}
+
+}  // namespace dpx

@@ -1,0 +1,58 @@
+#include "dpx/launch/heartbeat.h"
+
+#include <c10/util/Exception.h>
+
+#include "dpx/comm/store.h"
+#include "dpx/env.h"
+
+namespace dpx {
+
+Heartbeat::Heartbeat(HeartbeatOptions options) {
+  const Env env = Env::read();
+  if (!env.agent_store || !env.heartbeat_key || !env.heartbeat_timeout) {
+    return;
+  }
+  const std::string& addr = *env.agent_store;
+  const auto colon = addr.rfind(':');
+  TORCH_CHECK(colon != std::string::npos && colon > 0,
+              "DPX_AGENT_STORE must be host:port, got '", addr, "'");
+  TcpStoreOptions o;
+  o.host = addr.substr(0, colon);
+  o.port = static_cast<std::uint16_t>(std::stoi(addr.substr(colon + 1)));
+  o.timeout = options.store_timeout;
+  store_ = Store::tcp(o);
+  key_ = *env.heartbeat_key;
+  auto interval = options.interval.value_or(std::chrono::milliseconds(
+      static_cast<long>(*env.heartbeat_timeout * 1000 / 5)));
+  interval = std::max(interval, std::chrono::milliseconds(10));
+  store_->set(key_, "0");
+  thread_ = std::thread([this, interval] { run(interval); });
+}
+
+Heartbeat::~Heartbeat() { stop(); }
+
+void Heartbeat::stop() {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    stopping_ = true;
+  }
+  wake_.notify_all();
+  if (thread_.joinable()) {
+    thread_.join();
+  }
+}
+
+void Heartbeat::run(std::chrono::milliseconds interval) {
+  long beat = 0;
+  std::unique_lock<std::mutex> lock(mutex_);
+  while (!wake_.wait_for(lock, interval, [this] { return stopping_; })) {
+    try {
+      store_->set(key_, std::to_string(++beat));
+    } catch (const std::exception&) {
+      // The agent went away: nobody is listening, and the worker learns of it from its group.
+      return;
+    }
+  }
+}
+
+}  // namespace dpx

@@ -1,0 +1,230 @@
+// The per-iteration hot path of the Reducer: hooks, bucket launches, end-of-backward.
+// Construction, bucket layout, rebuild and error reports are in reducer_setup.cpp.
+#include "parallel/reducer.h"
+
+#include <torch/csrc/autograd/engine.h>
+
+#include "dpx/comm/errors.h"
+
+namespace dpx::detail {
+namespace {
+
+double ms_between(std::chrono::steady_clock::time_point a, std::chrono::steady_clock::time_point b) {
+  return std::chrono::duration<double, std::milli>(b - a).count();
+}
+
+}  // namespace
+
+void Reducer::autograd_hook(std::size_t index) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (state_ == ReducerState::kIdle) {
+    return;  // no_sync, evaluation, or a backward not preceded by a DDP forward: stay local
+  }
+  const bool static_first = options_.static_graph && iterations_ == 0;
+  if (state_ == ReducerState::kAwaitingGradients) {
+    state_ = ReducerState::kReducing;
+    if (static_first) {
+      // Note [Static graph, first iteration]: hooks may fire several times per parameter
+      // (reentrant backward), so nothing is reduced until backward ends; the counts are learnt.
+      torch::autograd::Engine::get_default_engine().queue_callback(
+          [this] { delayed_reduce_all(); });
+    } else {
+      for (auto u : unused_) mark_variable_ready(u);
+    }
+  }
+  if (++hook_count_[index] == 1 && iterations_ == 0) {
+    observed_order_.push_back(index);
+  }
+  if (reduces_used_map()) {
+    local_used_.data_ptr<int>()[index] = 1;
+  }
+  if (static_first) {
+    return;
+  }
+  if (options_.static_graph) {
+    TORCH_CHECK(hook_count_[index] <= expected_hooks_[index], pg_->where(),
+                "Your training graph has changed in this iteration: the gradient hook of "
+                "parameter ", index, " (", names_[index], ") fired ", hook_count_[index],
+                " times, but ", expected_hooks_[index], " times in the first iteration. "
+                "This is not compatible with static_graph set to true.");
+    if (hook_count_[index] == expected_hooks_[index]) mark_variable_ready(index);
+    return;
+  }
+  if (marked_[index]) {
+    std::string detail;
+    if (options_.debug != DebugLevel::kOff) {
+      detail = " Parameter at index " + std::to_string(index) + " with name " + names_[index] +
+               " has been marked as ready twice. This means that multiple autograd engine "
+               "hooks have fired for this particular parameter during this iteration.";
+    } else {
+      detail = " Parameter at index " + std::to_string(index) + " has been marked as ready "
+               "twice. Set DPX_DEBUG (or TORCH_DISTRIBUTED_DEBUG) to INFO or DETAIL to see "
+               "its name.";
+    }
+    TORCH_CHECK(false, pg_->where(), "Expected to mark a variable ready only once. This "
+                "happens when 1) a parameter is used outside the forward of the DDP module, "
+                "or shared across concurrent forward-backward passes, or 2) the same "
+                "parameters take part in several reentrant backward passes (e.g. checkpointing "
+                "the same part of the model twice). If the graph does not change across "
+                "iterations, static_graph = true is a workaround.", detail);
+  }
+  mark_variable_ready(index);
+}
+
+void Reducer::mark_variable_ready(std::size_t index) {
+  marked_[index] = 1;
+  copy_grad_to_bucket(index);
+  auto& bucket = buckets_[locators_[index].bucket];
+  TORCH_INTERNAL_ASSERT(bucket.pending > 0, "bucket of variable ", index, " already complete");
+  if (--bucket.pending == 0) {
+    launch_ready_buckets();
+  }
+}
+
+// Note [One rank]: with a single rank, no hook and no bucket views, the average is the local
+// gradient itself, so it is neither copied into the bucket nor back (bit-identical result).
+bool Reducer::passthrough() const {
+  return pg_->size() == 1 && !has_hook_ && !options_.gradient_as_bucket_view;
+}
+
+void Reducer::copy_grad_to_bucket(std::size_t index) {
+  if (passthrough()) return;
+  at::NoGradGuard no_grad;
+  const auto& loc = locators_[index];
+  auto& view = buckets_[loc.bucket].views[loc.slot];
+  auto& grad = params_[index].mutable_grad();
+  const double divisor = has_hook_ ? 1.0 : div_factor_;
+  if (!grad.defined()) {
+    view.zero_();
+  } else if (grad.is_alias_of(view)) {
+    if (divisor != 1.0) view.div_(divisor);
+  } else {
+    TORCH_CHECK(grad.sizes() == view.sizes() && grad.scalar_type() == view.scalar_type(),
+                pg_->where(), "the gradient of parameter ", names_[index], " has sizes ",
+                grad.sizes(), " and dtype ", grad.scalar_type(), ", but the parameter has ",
+                view.sizes(), " and ", view.scalar_type());
+    if (divisor != 1.0) {
+      at::mul_out(view, grad, at::scalar_tensor(1.0 / divisor, grad.options()));
+    } else {
+      view.copy_(grad);
+    }
+    if (options_.gradient_as_bucket_view) grad = view;
+  }
+}
+
+void Reducer::launch_ready_buckets() {
+  while (next_bucket_ < buckets_.size() && buckets_[next_bucket_].pending == 0) {
+    launch_bucket(next_bucket_++);
+  }
+  if (next_bucket_ < buckets_.size()) return;
+  last_ready_ = Clock::now();
+  state_ = ReducerState::kAllLaunched;
+  if (reduces_used_map()) launch_used_map();
+  if (!(options_.static_graph && iterations_ == 0)) {  // the delayed path finalises itself
+    torch::autograd::Engine::get_default_engine().queue_callback([this] { finalize_backward(); });
+  }
+}
+
+void Reducer::launch_bucket(std::size_t b) {
+  if (b == 0) first_launch_ = Clock::now();
+  auto& bucket = buckets_[b];
+  if (has_hook_) {
+    GradBucket gb;
+    gb.index = b;
+    gb.is_last = b + 1 == buckets_.size();
+    gb.buffer = bucket.buffer;
+    for (auto v : bucket.variables) gb.parameters.push_back(params_[v]);
+    gb.gradients = bucket.views;
+    gb.process_group = pg_;
+    bucket.future = hook_(hook_state_, gb);
+    TORCH_CHECK(bucket.future, pg_->where(), "the comm hook returned no future for bucket ", b);
+  } else if (pg_->size() == 1) {
+    bucket.future = Future::ready(bucket.buffer);  // the sum over one rank is the buffer itself
+  } else {
+    bucket.future = Future::from_work(pg_->allreduce(bucket.buffer), bucket.buffer);
+  }
+}
+
+void Reducer::launch_used_map() { used_work_ = pg_->allreduce(local_used_); }
+
+void Reducer::delayed_reduce_all() {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    for (std::size_t i = 0; i < params_.size(); ++i) {
+      if (!marked_[i]) mark_variable_ready(i);
+    }
+  }
+  finalize_backward();
+}
+
+void Reducer::finalize_backward() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  TORCH_INTERNAL_ASSERT(state_ == ReducerState::kAllLaunched, "finalize in state ",
+                        static_cast<int>(state_));
+  const auto wait_start = Clock::now();
+  for (auto& bucket : buckets_) {
+    at::Tensor result = bucket.future->wait();
+    if (!result.is_same(bucket.buffer)) {
+      TORCH_CHECK(result.numel() == bucket.buffer.numel(), pg_->where(),
+                  "the comm hook's future holds ", result.numel(), " elements, but the bucket "
+                  "has ", bucket.buffer.numel());
+      bucket.buffer.copy_(result.view(bucket.buffer.sizes()));
+    }
+    bucket.future.reset();
+  }
+  if (used_work_) {
+    used_work_->wait();
+    used_work_.reset();
+    auto used = local_used_.data_ptr<int>();
+    for (std::size_t i = 0; i < params_.size(); ++i) globally_unused_[i] = used[i] == 0;
+  }
+  write_results();
+  const auto end = Clock::now();
+  backward_ms_total_ += ms_between(forward_end_, last_ready_);
+  comm_ms_total_ += ms_between(first_launch_, end);
+  exposed_ms_total_ += ms_between(std::max(wait_start, last_ready_), end);
+  if (options_.static_graph && iterations_ == 0) {
+    expected_hooks_ = hook_count_;
+  }
+  ++iterations_;
+  state_ = ReducerState::kIdle;
+}
+
+void Reducer::write_results() {
+  if (passthrough()) return;
+  at::NoGradGuard no_grad;
+  for (std::size_t i = 0; i < params_.size(); ++i) {
+    if (globally_unused_[i]) continue;  // unused on every rank: .grad stays as it was
+    const auto& loc = locators_[i];
+    auto& view = buckets_[loc.bucket].views[loc.slot];
+    auto& grad = params_[i].mutable_grad();
+    if (options_.gradient_as_bucket_view) {
+      if (!grad.defined() || !grad.is_alias_of(view)) grad = view;
+    } else if (!grad.defined()) {
+      grad = view.clone();
+    } else {
+      grad.copy_(view);
+    }
+  }
+}
+
+void Reducer::shadow_backward() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  reset_iteration();
+  for (std::size_t b = 0; b < buckets_.size(); ++b) {
+    buckets_[b].buffer.zero_();
+    launch_bucket(b);
+  }
+  if (reduces_used_map()) launch_used_map();
+  for (auto& bucket : buckets_) {
+    bucket.future->wait();
+    bucket.future.reset();
+  }
+  if (used_work_) {
+    used_work_->wait();
+    used_work_.reset();
+  }
+  ++iterations_;
+}
+
+}  // namespace dpx::detail

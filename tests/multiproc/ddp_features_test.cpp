@@ -1,0 +1,221 @@
+// no_sync, comm hooks, evaluation forwards, join and statistics, each against a local
+// single-process reference computed by every rank.
+#include <torch/torch.h>
+
+#include "ddp_models.h"
+#include "dpx/dpx.h"
+#include "harness.h"
+
+namespace dpx {
+namespace {
+
+constexpr int kWorld = 2;
+constexpr int kPerRank = 8;
+
+using Fn = std::function<void(int rank, std::shared_ptr<ProcessGroup> pg)>;
+
+void on_two_ranks(const Fn& fn) {
+  test::StoreServer server;
+  test::expect_all_ok(test::run_processes(kWorld, [&](int rank) {
+    ProcessGroup::Options o;
+    o.timeout = std::chrono::seconds(30);
+    fn(rank, new_process_group("gloo", server.client(), rank, kWorld, o));
+  }));
+}
+
+torch::Tensor mlp_loss(test::Mlp& m, const test::Batch& b) {
+  return torch::nn::functional::cross_entropy(m->forward(b.x), b.y);
+}
+
+// The gradients DDP must produce: those of the mean of every rank's loss.
+std::vector<torch::Tensor> reference_grads(const std::vector<test::Batch>& batches) {
+  torch::manual_seed(5);
+  test::Mlp ref;
+  for (const auto& batch : batches) {
+    for (int r = 0; r < kWorld; ++r) (mlp_loss(ref, test::slice(batch, r, kWorld)) / kWorld).backward();
+  }
+  std::vector<torch::Tensor> out;
+  for (const auto& p : ref->parameters()) out.push_back(p.grad().clone());
+  return out;
+}
+
+std::vector<torch::Tensor> grads_of(test::Mlp& m) {
+  std::vector<torch::Tensor> out;
+  for (const auto& p : m->parameters()) out.push_back(p.grad().clone());
+  return out;
+}
+
+TEST(DdpNoSync, AccumulatesLocallyThenSynchronisesTheSum) {
+  on_two_ranks([](int rank, auto pg) {
+    auto batches = test::make_batches(3, kWorld, kPerRank, {16});
+    torch::manual_seed(5);
+    test::Mlp net;
+    DistributedDataParallel ddp(net, pg);
+    {
+      auto guard = ddp.no_sync();
+      for (int s = 0; s < 2; ++s) {
+        auto b = test::slice(batches[s], rank, kWorld);
+        torch::nn::functional::cross_entropy(ddp->forward(b.x), b.y).backward();
+      }
+      // Still local: this rank's own gradient sum, not the average.
+      torch::manual_seed(5);
+      test::Mlp local;
+      for (int s = 0; s < 2; ++s) mlp_loss(local, test::slice(batches[s], rank, kWorld)).backward();
+      test::expect_params_close(grads_of(net), grads_of(local), 1e-6, 1e-6);
+    }
+    auto b = test::slice(batches[2], rank, kWorld);
+    torch::nn::functional::cross_entropy(ddp->forward(b.x), b.y).backward();
+    // Every rank's three local gradients, summed, divided by the world size once.
+    test::expect_params_close(grads_of(net), reference_grads(batches));
+  });
+}
+
+struct HookCase {
+  std::string name;
+  CommHook hook;
+  double atol;
+};
+
+void PrintTo(const HookCase& c, std::ostream* os) { *os << c.name; }
+
+class CommHooks : public ::testing::TestWithParam<HookCase> {};
+
+TEST_P(CommHooks, GradientsWithinPrecision) {
+  const auto hc = GetParam();
+  on_two_ranks([&](int rank, auto pg) {
+    auto batches = test::make_batches(2, kWorld, kPerRank, {16});
+    torch::manual_seed(5);
+    test::Mlp net;
+    DistributedDataParallel ddp(net, pg);
+    int calls = 0;
+    ddp.register_comm_hook({}, [&](std::any& state, GradBucket& bucket) {
+      ++calls;
+      EXPECT_EQ(bucket.parameters.size(), bucket.gradients.size());
+      return hc.hook(state, bucket);
+    });
+    for (int s = 0; s < 2; ++s) {
+      net->zero_grad();
+      auto b = test::slice(batches[s], rank, kWorld);
+      torch::nn::functional::cross_entropy(ddp->forward(b.x), b.y).backward();
+      test::expect_params_close(grads_of(net), reference_grads({batches[s]}), 1e-5, hc.atol);
+    }
+    EXPECT_GE(calls, 2);
+  });
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    BuiltIns, CommHooks,
+    ::testing::Values(HookCase{"allreduce", hooks::allreduce_hook, 1e-6},
+                      HookCase{"fp16", hooks::fp16_compress_hook, 1e-3},
+                      HookCase{"bf16", hooks::bf16_compress_hook, 1e-2}),
+    [](const auto& info) { return info.param.name; });
+
+TEST(DdpEval, ForwardsWithoutBackwardDoNotDisturbTraining) {
+  on_two_ranks([](int rank, auto pg) {
+    auto batches = test::make_batches(3, kWorld, kPerRank, {16});
+    torch::manual_seed(5);
+    test::Mlp net;
+    DistributedDataParallel ddp(net, pg);
+    torch::optim::SGD opt(ddp.parameters(), 0.1);
+    torch::manual_seed(5);
+    test::Mlp ref;
+    torch::optim::SGD ref_opt(ref->parameters(), 0.1);
+    for (int s = 0; s < 3; ++s) {
+      auto b = test::slice(batches[s], rank, kWorld);
+      {
+        torch::NoGradGuard no_grad;  // evaluation: only this rank runs it, no communication
+        if (rank == 0) ddp->forward(b.x);
+      }
+      ddp.eval();
+      ddp->forward(b.x);  // a forward with grad enabled but no backward
+      ddp.train();
+      opt.zero_grad();
+      torch::nn::functional::cross_entropy(ddp->forward(b.x), b.y).backward();
+      opt.step();
+      ref_opt.zero_grad();
+      mlp_loss(ref, batches[s]).backward();
+      ref_opt.step();
+    }
+    std::vector<torch::Tensor> got, want;
+    for (const auto& p : net->parameters()) got.push_back(p.detach());
+    for (const auto& p : ref->parameters()) want.push_back(p.detach());
+    test::expect_params_close(got, want);
+  });
+}
+
+class Join : public ::testing::TestWithParam<bool> {};
+
+// Rank 0 has 3 batches, rank 1 has 5: both finish, and end with the parameters the reference
+// reaches when the missing rank contributes nothing to steps 3 and 4.
+TEST_P(Join, UnevenInputsFinishWithTheLastRanksParameters) {
+  const bool by_initial = GetParam();
+  on_two_ranks([&](int rank, auto pg) {
+    const int steps[kWorld] = {3, 5};
+    auto batches = test::make_batches(5, kWorld, kPerRank, {16});
+    torch::manual_seed(5);
+    test::Mlp net;
+    DistributedDataParallel ddp(net, pg);
+    torch::optim::SGD opt(ddp.parameters(), torch::optim::SGDOptions(0.1).momentum(0.9));
+    JoinOptions jo;
+    jo.divide_by_initial_world_size = by_initial;
+    ddp.join([&] {
+      for (int s = 0; s < steps[rank]; ++s) {
+        opt.zero_grad();
+        auto b = test::slice(batches[s], rank, kWorld);
+        torch::nn::functional::cross_entropy(ddp->forward(b.x), b.y).backward();
+        opt.step();
+      }
+    }, jo);
+    torch::manual_seed(5);
+    test::Mlp ref;
+    torch::optim::SGD ref_opt(ref->parameters(), torch::optim::SGDOptions(0.1).momentum(0.9));
+    for (int s = 0; s < 5; ++s) {
+      ref_opt.zero_grad();
+      const int active = s < 3 ? 2 : 1;
+      const double divisor = by_initial ? kWorld : active;
+      for (int r = 0; r < kWorld; ++r) {
+        if (s < steps[r]) (mlp_loss(ref, test::slice(batches[s], r, kWorld)) / divisor).backward();
+      }
+      ref_opt.step();
+    }
+    std::vector<torch::Tensor> got, want;
+    for (const auto& p : net->parameters()) got.push_back(p.detach());
+    for (const auto& p : ref->parameters()) want.push_back(p.detach());
+    test::expect_params_close(got, want);
+    // Training goes on normally after join.
+    auto b = test::slice(batches[0], rank, kWorld);
+    torch::nn::functional::cross_entropy(ddp->forward(b.x), b.y).backward();
+  });
+}
+
+INSTANTIATE_TEST_SUITE_P(DivideByInitialWorldSize, Join, ::testing::Bool());
+
+TEST(DdpStats, BucketsIterationsAndTimes) {
+  on_two_ranks([](int rank, auto pg) {
+    torch::manual_seed(5);
+    test::Mlp net;
+    DistributedDataParallelOptions o;
+    o.bucket_cap_mb = 0.004;  // 4 KiB: fc2 (32x32 floats) fills a bucket by itself
+    DistributedDataParallel ddp(net, pg, o);
+    auto batches = test::make_batches(3, kWorld, kPerRank, {16});
+    for (const auto& batch : batches) {
+      auto b = test::slice(batch, rank, kWorld);
+      torch::nn::functional::cross_entropy(ddp->forward(b.x), b.y).backward();
+    }
+    auto s = ddp.stats();
+    EXPECT_EQ(s.iterations, 3);
+    EXPECT_TRUE(s.buckets_rebuilt);
+    std::int64_t total = 0;
+    for (auto b : s.bucket_sizes_bytes) total += b;
+    std::int64_t params = 0;
+    for (const auto& p : net->parameters()) params += p.numel() * 4;
+    EXPECT_EQ(total, params);
+    EXPECT_EQ(s.bucket_sizes_bytes.size(), s.bucket_num_parameters.size());
+    EXPECT_GT(s.avg_forward_ms, 0);
+    EXPECT_GT(s.avg_backward_comm_ms, 0);
+    EXPECT_GE(s.avg_backward_comm_ms, s.avg_exposed_comm_ms);
+  });
+}
+
+}  // namespace
+}  // namespace dpx

@@ -1,0 +1,90 @@
+#!/usr/bin/python3
+"""PyTorch's own DistributedDataParallel (gloo, 2 ranks) on the model and data dpx's test wrote.
+
+Exchange format (readable by both sides, no pickle): raw little-endian arrays plus meta.json
+  meta.json   {"world": W, "per_rank": B, "steps": S, "lr": .., "momentum": ..,
+               "params": [[name, [shape...]], ...], "sample_shape": [...]}
+  init.bin    every parameter, float32, in the order of "params"
+  x.bin       S * W * B samples, float32;  y.bin  S * W * B labels, int64
+Writes python_final.bin: the parameters after S steps, float32, same order.
+Usage: ddp_reference.py DIR
+"""
+import json
+import os
+import socket
+import sys
+
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+class Cnn(nn.Module):
+    # Mirrors dpx::test::Cnn (tests/multiproc/ddp_models.h).
+    def __init__(self):
+        super().__init__()
+        self.conv1 = nn.Conv2d(1, 4, 3)
+        self.bn = nn.BatchNorm2d(4)
+        self.conv2 = nn.Conv2d(4, 8, 3)
+        self.fc = nn.Linear(8 * 4 * 4, 4)
+
+    def forward(self, x):
+        x = F.relu(self.bn(self.conv1(x)))
+        x = F.relu(self.conv2(x))
+        return self.fc(x.flatten(1))
+
+
+def read(path, dtype):
+    with open(path, "rb") as f:
+        return torch.frombuffer(bytearray(f.read()), dtype=dtype)
+
+
+def worker(rank, world, port, folder):
+    os.environ["MASTER_ADDR"] = "127.0.0.1"
+    os.environ["MASTER_PORT"] = str(port)
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", rank=rank, world_size=world)
+    meta = json.load(open(os.path.join(folder, "meta.json")))
+    model = Cnn()
+    flat = read(os.path.join(folder, "init.bin"), torch.float32)
+    named = dict(model.named_parameters())
+    offset = 0
+    with torch.no_grad():
+        for name, shape in meta["params"]:
+            p = named[name]
+            assert list(p.shape) == shape, (name, p.shape, shape)
+            p.copy_(flat[offset:offset + p.numel()].view(shape))
+            offset += p.numel()
+    ddp = nn.parallel.DistributedDataParallel(model)
+    opt = torch.optim.SGD(ddp.parameters(), lr=meta["lr"], momentum=meta["momentum"])
+    steps, per_rank = meta["steps"], meta["per_rank"]
+    x = read(os.path.join(folder, "x.bin"), torch.float32).view(
+        [steps, world * per_rank] + meta["sample_shape"])
+    y = read(os.path.join(folder, "y.bin"), torch.int64).view(steps, world * per_rank)
+    for s in range(steps):
+        xs = x[s, rank * per_rank:(rank + 1) * per_rank]
+        ys = y[s, rank * per_rank:(rank + 1) * per_rank]
+        opt.zero_grad()
+        F.cross_entropy(ddp(xs), ys).backward()
+        opt.step()
+    if rank == 0:
+        out = torch.cat([named[name].detach().reshape(-1) for name, _ in meta["params"]])
+        with open(os.path.join(folder, "python_final.bin"), "wb") as f:
+            f.write(out.numpy().astype("<f4").tobytes())
+    dist.barrier()
+    dist.destroy_process_group()
+
+
+def main():
+    folder = sys.argv[1]
+    meta = json.load(open(os.path.join(folder, "meta.json")))
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    mp.spawn(worker, args=(meta["world"], port, folder), nprocs=meta["world"], join=True)
+
+
+if __name__ == "__main__":
+    main()

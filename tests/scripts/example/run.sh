@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# Smoke run of examples/fashion_mnist: 6 steps, then a restart that must resume at step 6.
+#   run.sh <fashion_mnist binary> <scratch dir>
+set -euo pipefail
+bin="$1" work="$2"
+root="$(cd "$(dirname "$0")/../../.." && pwd)"
+if [ ! -f /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz ]; then
+  echo "SKIPPED: dataset-fashion-mnist is not installed (scripts/setup.sh installs it)"
+  exit 0
+fi
+rm -rf "$work" && mkdir -p "$work"
+run() {
+  env MASTER_ADDR=127.0.0.1 MASTER_PORT=0 RANK=0 WORLD_SIZE=1 "$bin" --epochs 2 \
+    --batch-size 32 --train-limit 512 --checkpoint-every 3 --checkpoint-dir "$work/ckpt" \
+    --metrics-file "$work/metrics.jsonl" "$@" 2>&1 | tee -a "$work/log"
+}
+fail() { echo "FAILED: $*"; exit 1; }
+
+run --max-steps 6
+ls "$work/ckpt"/checkpoint-000000000006.dpx >/dev/null || fail "no checkpoint at step 6"
+grep -q '"type":"train"' "$work/metrics.jsonl" || fail "no training metrics"
+grep -q '"type":"eval"' "$work/metrics.jsonl" || fail "no evaluation metrics"
+
+run --max-steps 9
+grep -q "resumed from checkpoint at epoch 1 step 6" "$work/log" ||
+  fail "the second run did not resume from step 6"
+ls "$work/ckpt"/checkpoint-000000000009.dpx >/dev/null || fail "no checkpoint at step 9"
+
+if command -v gnuplot >/dev/null; then
+  bash "$root/scripts/plot_metrics.sh" "$work/metrics.jsonl" "$work/curves.png"
+  [ -s "$work/curves.png" ] || fail "no plot"
+fi
+echo "example smoke run passed"

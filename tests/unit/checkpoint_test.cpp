@@ -1,0 +1,151 @@
+// Checkpoint files and the Checkpointer in one process: integrity checks, pruning, and
+// resuming giving exactly the parameters of training straight through.
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <torch/torch.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <fstream>
+
+#include "dpx/checkpoint/checkpointer.h"
+
+namespace {
+
+struct Net : torch::nn::Module {
+  Net() {
+    fc1 = register_module("fc1", torch::nn::Linear(8, 16));
+    fc2 = register_module("fc2", torch::nn::Linear(16, 3));
+  }
+  torch::Tensor forward(const torch::Tensor& x) { return fc2(torch::relu(fc1(x))); }
+  torch::nn::Linear fc1{nullptr}, fc2{nullptr};
+};
+
+class CheckpointTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    char tmpl[] = "/tmp/dpx-ckpt-XXXXXX";
+    ASSERT_NE(::mkdtemp(tmpl), nullptr);
+    dir_ = tmpl;
+  }
+  void TearDown() override { std::system(("rm -rf " + dir_).c_str()); }
+  dpx::Checkpointer checkpointer(int keep_last = 3) {
+    return dpx::Checkpointer({.directory = dir_, .keep_last = keep_last}, nullptr);
+  }
+  std::string dir_;
+};
+
+// One SGD-with-momentum step on a batch drawn from the default CPU generator, so a resumed
+// run matches only if parameters, optimizer state and the RNG all came back.
+void train_step(Net& net, torch::optim::Optimizer& opt) {
+  auto x = torch::randn({4, 8});
+  auto y = torch::randint(0, 3, {4});
+  opt.zero_grad();
+  torch::nn::functional::cross_entropy(net.forward(x), y).backward();
+  opt.step();
+}
+
+torch::optim::SGD make_sgd(Net& net) {
+  return torch::optim::SGD(net.parameters(), torch::optim::SGDOptions(0.1).momentum(0.9));
+}
+
+void expect_same_parameters(Net& a, Net& b) {
+  auto pa = a.parameters(), pb = b.parameters();
+  ASSERT_EQ(pa.size(), pb.size());
+  for (size_t i = 0; i < pa.size(); ++i) {
+    EXPECT_TRUE(pa[i].equal(pb[i])) << "parameter " << i;
+  }
+}
+
+std::string error_of(const std::string& path) {
+  try {
+    dpx::read_checkpoint_file(path);
+  } catch (const dpx::CheckpointError& e) {
+    return e.what();
+  }
+  return "";
+}
+
+TEST_F(CheckpointTest, NoCheckpointMeansFreshStart) {
+  Net net;
+  auto opt = make_sgd(net);
+  EXPECT_FALSE(checkpointer().load_latest(net, opt).has_value());
+}
+
+TEST_F(CheckpointTest, ResumeEqualsStraightThrough) {
+  torch::manual_seed(1);
+  Net straight;
+  auto opt = make_sgd(straight);
+  for (int i = 0; i < 5; ++i) train_step(straight, opt);
+  auto ckpt = checkpointer();
+  ckpt.save(straight, opt, {.epoch = 1, .step = 5, .sampler_position = 20});
+  for (int i = 0; i < 5; ++i) train_step(straight, opt);
+
+  torch::manual_seed(99);  // a different initialization and RNG stream, all replaced by load
+  Net resumed;
+  auto opt2 = make_sgd(resumed);
+  auto progress = ckpt.load_latest(resumed, opt2);
+  ASSERT_TRUE(progress.has_value());
+  EXPECT_EQ(progress->epoch, 1);
+  EXPECT_EQ(progress->step, 5);
+  EXPECT_EQ(progress->sampler_position, 20);
+  for (int i = 0; i < 5; ++i) train_step(resumed, opt2);
+  expect_same_parameters(straight, resumed);
+}
+
+TEST_F(CheckpointTest, KeepsTheLastK) {
+  Net net;
+  auto opt = make_sgd(net);
+  auto ckpt = checkpointer(2);
+  for (int64_t step = 1; step <= 4; ++step) ckpt.save(net, opt, {.step = step});
+  EXPECT_EQ(ckpt.list(), (std::vector<std::string>{ckpt.path_for_step(4), ckpt.path_for_step(3)}));
+}
+
+TEST_F(CheckpointTest, TruncatedFileIsRefusedAndThePreviousOneUsed) {
+  Net net;
+  auto opt = make_sgd(net);
+  auto ckpt = checkpointer();
+  ckpt.save(net, opt, {.step = 1});
+  ckpt.save(net, opt, {.step = 2});
+  const auto latest = ckpt.path_for_step(2);
+  struct stat st {};
+  ASSERT_EQ(::stat(latest.c_str(), &st), 0);
+  ASSERT_EQ(::truncate(latest.c_str(), st.st_size - 100), 0);
+  const auto err = error_of(latest);
+  EXPECT_NE(err.find("checkpoint " + latest + " is truncated"), std::string::npos) << err;
+  ASSERT_EQ(::truncate(latest.c_str(), 10), 0);
+  EXPECT_NE(error_of(latest).find("shorter than its header"), std::string::npos);
+
+  auto progress = ckpt.load_latest(net, opt);
+  ASSERT_TRUE(progress.has_value());
+  EXPECT_EQ(progress->step, 1);
+}
+
+TEST_F(CheckpointTest, BitFlipIsRefusedAndThePreviousOneUsed) {
+  Net net;
+  auto opt = make_sgd(net);
+  auto ckpt = checkpointer();
+  ckpt.save(net, opt, {.step = 1});
+  ckpt.save(net, opt, {.step = 2});
+  const auto latest = ckpt.path_for_step(2);
+  {
+    std::fstream f(latest, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekg(200);
+    const char byte = static_cast<char>(f.get() ^ 0x10);
+    f.seekp(200);
+    f.put(byte);
+  }
+  const auto err = error_of(latest);
+  EXPECT_NE(err.find("checkpoint " + latest + " is corrupt: CRC32"), std::string::npos) << err;
+  auto progress = ckpt.load_latest(net, opt);
+  ASSERT_TRUE(progress.has_value());
+  EXPECT_EQ(progress->step, 1);
+}
+
+TEST_F(CheckpointTest, ForeignFileIsRefused) {
+  const std::string path = dir_ + "/checkpoint-000000000007.dpx";
+  std::ofstream(path) << "this is not a checkpoint, just some text long enough";
+  EXPECT_NE(error_of(path).find("not a dpx checkpoint"), std::string::npos);
+}
+
+}  // namespace

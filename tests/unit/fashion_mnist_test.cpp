@@ -1,0 +1,144 @@
+// The Fashion-MNIST reader on the Debian package's files and on broken files made here.
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <torch/torch.h>
+#include <zlib.h>
+
+#include <cstdlib>
+#include <fstream>
+
+#include "dpx/data/fashion_mnist.h"
+
+namespace {
+
+bool package_installed() {
+  struct stat st {};
+  return ::stat((std::string(dpx::FashionMNIST::kDefaultRoot) + "/train-images-idx3-ubyte.gz").c_str(),
+                &st) == 0;
+}
+
+TEST(FashionMNIST, ReadsThePackagesFiles) {
+  if (!package_installed()) {
+    GTEST_SKIP() << "dataset-fashion-mnist is not installed (scripts/setup.sh installs it)";
+  }
+  dpx::FashionMNIST train;
+  dpx::FashionMNIST test(dpx::FashionMNIST::kDefaultRoot, dpx::FashionMNIST::Mode::kTest);
+  ASSERT_EQ(*train.size(), 60000u);
+  ASSERT_EQ(*test.size(), 10000u);
+  EXPECT_TRUE(train.is_train());
+  EXPECT_EQ(train.images().sizes(), (std::vector<int64_t>{60000, 1, 28, 28}));
+  EXPECT_EQ(train.images().dtype(), torch::kFloat32);
+  // Reference values from Python (gzip + numpy on the same files).
+  EXPECT_EQ(train.targets().slice(0, 0, 5).equal(torch::tensor({9, 0, 0, 3, 0})), true);
+  EXPECT_EQ(test.targets().slice(0, 0, 5).equal(torch::tensor({9, 2, 1, 1, 6})), true);
+  EXPECT_TRUE(train.targets().bincount().equal(torch::full({10}, 6000, torch::kInt64)));
+  auto raw = [](const torch::Tensor& t) { return t.mul(255).round().to(torch::kInt64); };
+  EXPECT_EQ(raw(train.images()).sum().item<int64_t>(), 3431114169);
+  auto first = train.get(0);
+  EXPECT_EQ(raw(first.data).sum().item<int64_t>(), 76247);
+  EXPECT_EQ(first.target.item<int64_t>(), 9);
+  EXPECT_STREQ(dpx::FashionMNIST::class_name(9), "Ankle boot");
+}
+
+// Builds small IDX files in a fresh temporary directory.
+class BrokenFiles : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    char tmpl[] = "/tmp/dpx-fmnist-XXXXXX";
+    ASSERT_NE(::mkdtemp(tmpl), nullptr);
+    dir_ = tmpl;
+  }
+  void TearDown() override { std::system(("rm -rf " + dir_).c_str()); }
+
+  static std::string be32(uint32_t v) {
+    return {char(v >> 24), char(v >> 16), char(v >> 8), char(v)};
+  }
+  static std::string images(uint32_t header_count, uint32_t actual, uint32_t magic = 0x803) {
+    return be32(magic) + be32(header_count) + be32(28) + be32(28) + std::string(actual * 784, 7);
+  }
+  static std::string labels(uint32_t header_count, uint32_t actual, uint32_t magic = 0x801) {
+    return be32(magic) + be32(header_count) + std::string(actual, 3);
+  }
+  void write_gz(const std::string& name, const std::string& bytes) {
+    gzFile f = gzopen((dir_ + "/" + name).c_str(), "wb");
+    ASSERT_NE(f, nullptr);
+    ASSERT_EQ(gzwrite(f, bytes.data(), bytes.size()), static_cast<int>(bytes.size()));
+    gzclose(f);
+  }
+  void write_set(const std::string& images_bytes, const std::string& labels_bytes) {
+    write_gz("train-images-idx3-ubyte.gz", images_bytes);
+    write_gz("train-labels-idx1-ubyte.gz", labels_bytes);
+  }
+  // The error text of loading the train split of dir_ ("" if it loads).
+  std::string load_error() {
+    try {
+      dpx::FashionMNIST d(dir_);
+      return "";
+    } catch (const c10::Error& e) {
+      return e.what_without_backtrace();
+    }
+  }
+  std::string dir_;
+};
+
+#define EXPECT_ERROR_HAS(text, part) \
+  EXPECT_NE((text).find(part), std::string::npos) << "error was: " << (text)
+
+TEST_F(BrokenFiles, ValidSmallFilesLoad) {
+  write_set(images(5, 5), labels(5, 5));
+  dpx::FashionMNIST d(dir_);
+  EXPECT_EQ(*d.size(), 5u);
+  EXPECT_NEAR(d.get(4).data[0][3][3].item<float>(), 7.0f / 255, 1e-7);
+  EXPECT_EQ(d.get(4).target.item<int64_t>(), 3);
+}
+
+TEST_F(BrokenFiles, MissingFileNamesFileAndPackage) {
+  const auto err = load_error();
+  EXPECT_ERROR_HAS(err, dir_ + "/train-images-idx3-ubyte.gz");
+  EXPECT_ERROR_HAS(err, "dataset-fashion-mnist");
+}
+
+TEST_F(BrokenFiles, WrongMagic) {
+  write_set(images(5, 5), labels(5, 5, 0x803));
+  const auto err = load_error();
+  EXPECT_ERROR_HAS(err, "train-labels-idx1-ubyte.gz has magic number 0x803");
+}
+
+TEST_F(BrokenFiles, TruncatedPayload) {
+  write_set(images(5, 3), labels(5, 5));
+  const auto err = load_error();
+  EXPECT_ERROR_HAS(err, "train-images-idx3-ubyte.gz is truncated");
+}
+
+TEST_F(BrokenFiles, CountTooSmallForTheData) {
+  write_set(images(5, 5), labels(4, 5));
+  EXPECT_ERROR_HAS(load_error(), "train-labels-idx1-ubyte.gz has more data than its header");
+}
+
+TEST_F(BrokenFiles, ImageAndLabelCountsDisagree) {
+  write_set(images(5, 5), labels(4, 4));
+  EXPECT_ERROR_HAS(load_error(), "holds 5 images but");
+}
+
+TEST_F(BrokenFiles, TruncatedGzipStream) {
+  write_set(images(50, 50), labels(50, 50));
+  const std::string path = dir_ + "/train-images-idx3-ubyte.gz";
+  struct stat st {};
+  ASSERT_EQ(::stat(path.c_str(), &st), 0);
+  ASSERT_EQ(::truncate(path.c_str(), st.st_size / 2), 0);
+  EXPECT_ERROR_HAS(load_error(), "train-images-idx3-ubyte.gz is");
+}
+
+TEST_F(BrokenFiles, CorruptGzipStream) {
+  write_set(images(50, 50), labels(50, 50));
+  const std::string path = dir_ + "/train-images-idx3-ubyte.gz";
+  std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
+  f.seekg(-6, std::ios::end);  // inside the gzip trailer's CRC32
+  const char byte = static_cast<char>(f.get() ^ 0xff);
+  f.seekp(-6, std::ios::end);
+  f.put(byte);
+  f.close();
+  EXPECT_ERROR_HAS(load_error(), "train-images-idx3-ubyte.gz is corrupt");
+}
+
+}  // namespace

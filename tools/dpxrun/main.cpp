@@ -1,0 +1,27 @@
+// dpxrun: starts PROGRAM as torchrun would (spec/launcher.md); exit code 0 iff the job succeeded.
+#include <cstdio>
+#include <exception>
+
+#include "agent.h"
+#include "config.h"
+
+int main(int argc, char** argv) {
+  dpxrun::Config config;
+  try {
+    config = dpxrun::parse_config(std::vector<std::string>(argv + 1, argv + argc));
+  } catch (const dpxrun::UsageError& e) {
+    std::fprintf(stderr, "dpxrun: error: %s\n", e.what());
+    return 2;
+  }
+  try {
+    dpxrun::install_signal_handlers();
+    dpxrun::Agent agent(config);
+    return agent.run();
+  } catch (const dpxrun::UsageError& e) {
+    std::fprintf(stderr, "dpxrun: error: %s\n", e.what());
+    return 2;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "dpxrun: error: %s\n", e.what());
+    return 1;
+  }
+}
