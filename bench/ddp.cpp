@@ -32,6 +32,7 @@ struct Args {
   int mlp_width = 4096;
   bool python = true;
   std::vector<std::string> models = {"cnn", "mlp"};
+  std::vector<std::string> configs;  // empty: all (plain, pair, ddp1, ddp2, manual, python)
 };
 
 enum class Mode { kPlain, kPlainPair, kDdp1, kDdp2, kManual2, kPython2 };
@@ -229,6 +230,28 @@ double median(std::vector<double> v) {
   return n == 0 ? NAN : n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
 }
 
+std::vector<std::string> split(const std::string& s) {
+  std::vector<std::string> out;
+  for (std::size_t p = 0; p <= s.size();) {
+    auto q = std::min(s.find(',', p), s.size());
+    out.push_back(s.substr(p, q - p));
+    p = q + 1;
+  }
+  return out;
+}
+
+const char* key_of(Mode m) {
+  switch (m) {
+    case Mode::kPlain: return "plain";
+    case Mode::kPlainPair: return "pair";
+    case Mode::kDdp1: return "ddp1";
+    case Mode::kDdp2: return "ddp2";
+    case Mode::kManual2: return "manual";
+    case Mode::kPython2: return "python";
+  }
+  return "?";
+}
+
 Args parse(const std::vector<std::string>& argv) {
   Args a;
   for (std::size_t i = 0; i < argv.size(); ++i) {
@@ -246,15 +269,9 @@ Args parse(const std::vector<std::string>& argv) {
     else if (k == "--threads") a.threads = std::stoi(next());
     else if (k == "--mlp-width") a.mlp_width = std::stoi(next());
     else if (k == "--no-python") a.python = false;
-    else if (k == "--models") {
-      a.models.clear();
-      std::string s = next();
-      for (std::size_t p = 0; p <= s.size();) {
-        auto q = std::min(s.find(',', p), s.size());
-        a.models.push_back(s.substr(p, q - p));
-        p = q + 1;
-      }
-    } else {
+    else if (k == "--models") a.models = split(next());
+    else if (k == "--configs") a.configs = split(next());
+    else {
       TORCH_CHECK(false, "unknown argument ", k, "; see docs/performance.md for the options");
     }
   }
@@ -288,6 +305,7 @@ void report(const Args& a, const std::string& model, const std::vector<Mode>& mo
                 std::isnan(s.exposed_ms) ? "" : std::to_string(s.exposed_ms).substr(0, 7).c_str());
   }
   auto ratio = [&](Mode a_, Mode b_, bool cpu) {
+    if (!med.count(a_) || !med.count(b_)) return static_cast<double>(NAN);
     return cpu ? med[a_].cpu_per_1000 / med[b_].cpu_per_1000
                : med[a_].samples_per_s / med[b_].samples_per_s;
   };
@@ -296,12 +314,13 @@ void report(const Args& a, const std::string& model, const std::vector<Mode>& mo
   std::printf("- dpx DDP 1 rank / plain: %.3f\n", ratio(Mode::kDdp1, Mode::kPlain, false));
   std::printf("- dpx DDP 2 ranks / hand-written loop: %.3f\n",
               ratio(Mode::kDdp2, Mode::kManual2, false));
-  if (all.count(Mode::kPython2)) {
+  if (med.count(Mode::kPython2)) {
     std::printf("- dpx DDP 2 ranks / Python DDP: %.3f throughput, %.3f CPU per sample\n",
                 ratio(Mode::kDdp2, Mode::kPython2, false), ratio(Mode::kDdp2, Mode::kPython2, true));
   }
   std::printf("- dpx DDP 2 ranks exposed / total communication: %.3f\n",
-              med[Mode::kDdp2].exposed_ms / med[Mode::kDdp2].comm_ms);
+              med.count(Mode::kDdp2) ? med[Mode::kDdp2].exposed_ms / med[Mode::kDdp2].comm_ms
+                                     : static_cast<double>(NAN));
 }
 
 int run_ddp_bench(const std::vector<std::string>& argv) {
@@ -316,6 +335,15 @@ int run_ddp_bench(const std::vector<std::string>& argv) {
     } else {
       std::printf("SKIPPED Python DDP: /usr/bin/python3 cannot import torch\n");
     }
+  }
+  if (!a.configs.empty()) {
+    std::vector<Mode> chosen;
+    for (auto m : modes) {
+      if (std::find(a.configs.begin(), a.configs.end(), key_of(m)) != a.configs.end()) {
+        chosen.push_back(m);
+      }
+    }
+    modes = chosen;
   }
   std::map<std::string, std::map<Mode, std::vector<Sample>>> results;
   for (int round = 0; round < a.rounds; ++round) {

@@ -81,9 +81,10 @@ void DdpBase::pre_forward() {
                                     ? pg_->size()
                                     : static_cast<double>(active.item<std::int64_t>()));
   }
-  reducer_->prepare_for_forward();
-  // Only synchronised forwards broadcast buffers: no_sync iterations stay free of collectives,
-  // which keeps them compatible with join() (a joined rank shadows synchronised ones only).
+  // Only synchronised forwards rebuild buckets and broadcast buffers: no_sync iterations stay
+  // free of collectives, which keeps them compatible with join() (a joined rank shadows
+  // synchronised iterations only).
+  reducer_->prepare_for_forward(/*allow_rebuild=*/forward_synced_);
   if (forward_synced_) sync_buffers();
 }
 
@@ -129,7 +130,7 @@ void DdpBase::shadow_until_all_joined() {
     pg_->allreduce(active)->wait();
     if (active.item<std::int64_t>() == 0) break;
     last_joiner = false;
-    reducer_->prepare_for_forward();
+    reducer_->prepare_for_forward(/*allow_rebuild=*/true);
     sync_buffers();
     reducer_->shadow_backward();
   }

@@ -2,7 +2,7 @@
 //
 // Protocol of one iteration (Note [Reducer iteration]):
 //  1. prepare_for_forward(): the previous backward must have finished its reduction; once,
-//     after the first iteration, the buckets are rebuilt in the observed gradient order
+//     after the first iteration, a synchronised forward rebuilds the buckets in the observed gradient order
 //     (rank 0's order, broadcast to all).
 //  2. prepare_for_backward(outputs): expect gradient hooks; with find_unused_parameters (or in
 //     the first static-graph iteration) find the parameters the outputs do not reach.
@@ -54,7 +54,7 @@ class Reducer {
   Reducer(const Reducer&) = delete;
   Reducer& operator=(const Reducer&) = delete;
 
-  void prepare_for_forward();
+  void prepare_for_forward(bool allow_rebuild);
   void prepare_for_backward(const std::vector<at::Tensor>& outputs);
   void register_comm_hook(std::any state, CommHook hook);
   // Gradients are divided by this while copied into buckets (the world size by default).
@@ -62,7 +62,7 @@ class Reducer {
   // A joined rank's stand-in for one backward: launches every bucket with zeros (and the
   // used-parameter map when the others reduce one) and waits for them.
   void shadow_backward();
-  // The collective prepare_for_forward() issues for the bucket rebuild, if due now.
+  // Whether prepare_for_forward(true) would rebuild the buckets now (a collective).
   bool rebuild_due() const;
 
   DdpStats stats() const;

@@ -125,10 +125,10 @@ bool Reducer::rebuild_due() const {
          (options_.static_graph || !options_.find_unused_parameters);
 }
 
-void Reducer::prepare_for_forward() {
+void Reducer::prepare_for_forward(bool allow_rebuild) {
   std::lock_guard<std::mutex> lock(mutex_);
   check_prior_reduction_finished();
-  if (rebuild_due()) rebuild_buckets();
+  if (allow_rebuild && rebuild_due()) rebuild_buckets();
 }
 
 // Note [Bucket rebuild]: after the first iteration the buckets are laid out again in the order

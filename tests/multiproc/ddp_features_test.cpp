@@ -143,14 +143,14 @@ TEST(DdpEval, ForwardsWithoutBackwardDoNotDisturbTraining) {
   });
 }
 
-class Join : public ::testing::TestWithParam<bool> {};
+class Join : public ::testing::TestWithParam<std::tuple<bool, int>> {};
 
-// Rank 0 has 3 batches, rank 1 has 5: both finish, and end with the parameters the reference
-// reaches when the missing rank contributes nothing to steps 3 and 4.
+// Rank 0 has 3 batches (or none), rank 1 has 5: both finish, and end with the parameters the
+// reference reaches when the missing rank contributes nothing to the later steps.
 TEST_P(Join, UnevenInputsFinishWithTheLastRanksParameters) {
-  const bool by_initial = GetParam();
-  on_two_ranks([&](int rank, auto pg) {
-    const int steps[kWorld] = {3, 5};
+  const auto [by_initial, rank0_steps] = GetParam();
+  on_two_ranks([&, by_initial = by_initial, rank0_steps = rank0_steps](int rank, auto pg) {
+    const int steps[kWorld] = {rank0_steps, 5};
     auto batches = test::make_batches(5, kWorld, kPerRank, {16});
     torch::manual_seed(5);
     test::Mlp net;
@@ -171,7 +171,7 @@ TEST_P(Join, UnevenInputsFinishWithTheLastRanksParameters) {
     torch::optim::SGD ref_opt(ref->parameters(), torch::optim::SGDOptions(0.1).momentum(0.9));
     for (int s = 0; s < 5; ++s) {
       ref_opt.zero_grad();
-      const int active = s < 3 ? 2 : 1;
+      const int active = (s < steps[0]) + (s < steps[1]);
       const double divisor = by_initial ? kWorld : active;
       for (int r = 0; r < kWorld; ++r) {
         if (s < steps[r]) (mlp_loss(ref, test::slice(batches[s], r, kWorld)) / divisor).backward();
@@ -188,7 +188,53 @@ TEST_P(Join, UnevenInputsFinishWithTheLastRanksParameters) {
   });
 }
 
-INSTANTIATE_TEST_SUITE_P(DivideByInitialWorldSize, Join, ::testing::Bool());
+INSTANTIATE_TEST_SUITE_P(DivideByInitialWorldSizeAndRank0Steps, Join,
+                         ::testing::Combine(::testing::Bool(), ::testing::Values(3, 0)));
+
+// Gradient accumulation inside join: no_sync micro-steps communicate nothing, so the joined
+// rank only shadows the synchronised ones.
+TEST(JoinWithNoSync, AccumulationStepsDoNotConfuseTheShadow) {
+  on_two_ranks([](int rank, auto pg) {
+    const int steps[kWorld] = {2, 4};
+    auto batches = test::make_batches(8, kWorld, kPerRank, {16});  // 2 micro-batches per step
+    torch::manual_seed(5);
+    test::Mlp net;
+    DistributedDataParallel ddp(net, pg);
+    torch::optim::SGD opt(ddp.parameters(), 0.1);
+    auto micro = [&](int s, int m) {
+      auto b = test::slice(batches[2 * s + m], rank, kWorld);
+      torch::nn::functional::cross_entropy(ddp->forward(b.x), b.y).backward();
+    };
+    ddp.join([&] {
+      for (int s = 0; s < steps[rank]; ++s) {
+        opt.zero_grad();
+        {
+          auto guard = ddp.no_sync();
+          micro(s, 0);
+        }
+        micro(s, 1);
+        opt.step();
+      }
+    });
+    torch::manual_seed(5);
+    test::Mlp ref;
+    torch::optim::SGD ref_opt(ref->parameters(), 0.1);
+    for (int s = 0; s < 4; ++s) {
+      ref_opt.zero_grad();
+      for (int r = 0; r < kWorld; ++r) {
+        if (s >= steps[r]) continue;
+        for (int m = 0; m < 2; ++m) {
+          (mlp_loss(ref, test::slice(batches[2 * s + m], r, kWorld)) / kWorld).backward();
+        }
+      }
+      ref_opt.step();
+    }
+    std::vector<torch::Tensor> got, want;
+    for (const auto& p : net->parameters()) got.push_back(p.detach());
+    for (const auto& p : ref->parameters()) want.push_back(p.detach());
+    test::expect_params_close(got, want);
+  });
+}
 
 TEST(DdpStats, BucketsIterationsAndTimes) {
   on_two_ranks([](int rank, auto pg) {

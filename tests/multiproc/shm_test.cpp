@@ -181,12 +181,12 @@ TEST(ShmBackend, PeerKilledMidCollectiveRaisesPeerLost) {
 TEST(ShmBackend, PeerThatNeverCallsTimesOut) {
   test::StoreServer server;
   auto results = test::run_processes(2, [&](int rank) {
-    auto pg = new_process_group("shm", server.client(), rank, 2, with_timeout(milliseconds(500)));
+    auto pg = new_process_group("shm", server.client(), rank, 2, with_timeout(milliseconds(1000)));
     auto t = at::ones({4});
     if (rank == 0) {
       EXPECT_THROW(pg->allreduce(t)->wait(), TimeoutError);
     } else {
-      std::this_thread::sleep_for(milliseconds(1500));
+      std::this_thread::sleep_for(milliseconds(2500));
       // Rank 0 gave up and told the group; this rank learns it instead of waiting again.
       EXPECT_THROW(pg->allreduce(t)->wait(), TimeoutError);
     }

@@ -13,6 +13,7 @@ namespace dpx::detail {
 namespace {
 
 constexpr std::chrono::milliseconds kHelpPoll{1};
+constexpr int kIdlePolls = 50;
 
 shm::SegmentOptions segment_options(const Env& env, const ProcessGroup::Options& o) {
   shm::SegmentOptions s;
@@ -86,14 +87,15 @@ ShmGroup::~ShmGroup() {
 std::shared_ptr<Work> ShmGroup::enqueue(shm::OpKind kind, const at::Tensor& t, int reduce_op,
                                         int root, std::function<void(shm::Channel&)> body) {
   Task task;
-  task.desc.kind = static_cast<std::int32_t>(kind);
+  task.desc.kind = static_cast<std::int16_t>(kind);
   if (t.defined()) {
-    task.desc.dtype = static_cast<std::int32_t>(t.scalar_type());
+    task.desc.dtype = static_cast<std::int16_t>(t.scalar_type());
     task.desc.numel = t.numel();
   }
-  task.desc.reduce_op = reduce_op;
+  task.desc.reduce_op = static_cast<std::int16_t>(reduce_op);
   task.desc.root = root;
   task.body = std::move(body);
+  task.enqueued = shm::Clock::now();
   task.work = std::make_shared<ShmWork>(weak_from_this(), options().timeout, where_, spin_);
   auto work = task.work;
   bool notify = true;
@@ -114,18 +116,23 @@ void ShmGroup::run() {
       auto ready = [&] { return !executing_ && (stop_ || !queue_.empty()); };
       // While callers help, enqueue does not wake this thread; polling bounds how long a
       // collective nobody waits for can sit in the queue (Note [Helping]).
+      int idle_polls = 0;
       while (!ready()) {
         if (callers_help_) {
           cv_.wait_for(lock, kHelpPoll);
+          // An idle group stops polling; the next collective issued wakes this thread again.
+          if (queue_.empty() && ++idle_polls >= kIdlePolls) callers_help_ = false;
         } else {
           cv_.wait(lock);
         }
       }
       if (queue_.empty()) return;  // stopped, and nothing left to run
-      callers_help_ = false;  // this thread runs collectives: callers are not waiting for them
       executing_ = true;
       task = std::move(queue_.front());
       queue_.pop_front();
+      // A collective that sat in the queue until a poll found it had no caller waiting for it:
+      // collectives are being run asynchronously, so wake this thread for each from now on.
+      if (shm::Clock::now() - task.enqueued > kHelpPoll / 2) callers_help_ = false;
     }
     execute(task);
     release();
@@ -136,6 +143,7 @@ bool ShmGroup::claim(Task& task) {
   std::lock_guard<std::mutex> lock(mutex_);
   if (executing_ || queue_.empty()) return false;
   executing_ = true;
+  callers_help_ = true;
   task = std::move(queue_.front());
   queue_.pop_front();
   return true;
@@ -154,10 +162,6 @@ void ShmGroup::release() {
 void ShmGroup::help(const ShmWork& work) {
   Task task;
   while (!work.finished() && claim(task)) {
-    {
-      std::lock_guard<std::mutex> lock(mutex_);
-      callers_help_ = true;
-    }
     execute(task);
     task = Task();
     release();

@@ -31,8 +31,8 @@ class ShmGroup;
 // when it may block as long as the collective's own deadline (the default wait()), so a wait
 // with a shorter timeout still returns on time. While callers help, issuing a collective does
 // not wake the group's thread (that wake-up would take the core a peer needs); the thread then
-// polls the queue every millisecond instead, and the first collective it runs itself ends the
-// mode.
+// polls the queue every millisecond instead; a collective that waited for such a poll (nobody
+// was waiting for it) ends the mode.
 class ShmWork : public CompletionWork {
  public:
   ShmWork(std::weak_ptr<ShmGroup> group, std::chrono::milliseconds timeout, std::string where,
@@ -76,12 +76,13 @@ class ShmGroup : public ProcessGroup, public std::enable_shared_from_this<ShmGro
     shm::OpDescriptor desc;
     std::function<void(shm::Channel&)> body;
     std::shared_ptr<ShmWork> work;
+    shm::Clock::time_point enqueued;
   };
 
   std::shared_ptr<Work> enqueue(shm::OpKind kind, const at::Tensor& t, int reduce_op, int root,
                                 std::function<void(shm::Channel&)> body);
   void run();
-  bool claim(Task& task);  // takes the next collective unless one is running
+  bool claim(Task& task);  // a waiting caller takes the next collective unless one is running
   void release();          // after running a claimed one
   void execute(Task& task);
 

@@ -28,24 +28,24 @@ namespace dpx::detail::shm {
 // peer's data is read (Note [Mismatch check] in channel.h).
 struct OpDescriptor {
   std::uint32_t seq = 0;  // how many collectives this rank ran before on this group
-  std::int32_t kind = 0;
-  std::int32_t dtype = 0;
-  std::int32_t reduce_op = 0;
+  std::int16_t kind = 0;
+  std::int16_t dtype = 0;
+  std::int16_t reduce_op = 0;
+  std::int16_t pad = 0;
   std::int32_t root = 0;
-  std::int32_t pad = 0;
   std::int64_t numel = 0;  // of the input
 };
 
-// One per rank. `step` is the futex word peers wait on; it sits alone on its cache line so
-// that writing descriptors does not disturb spinning readers.
+// One per rank. `step` is the futex word peers wait on. The descriptors share its cache line:
+// a peer that sees the new step has that line already, so the mismatch check costs no extra
+// transfer between cores.
 struct alignas(64) RankControl {
   std::atomic<std::uint32_t> step;
   std::atomic<std::uint32_t> sleepers;  // peers blocked in FUTEX_WAIT on `step`
-  char pad0[56];
-  std::atomic<std::int32_t> pid;
-  std::uint32_t pad1;
-  OpDescriptor desc[2];  // by collective parity
+  OpDescriptor desc[2];                 // by collective parity
+  alignas(64) std::atomic<std::int32_t> pid;
 };
+static_assert(sizeof(OpDescriptor) == 24 && offsetof(RankControl, pid) == 64);
 
 // Why a rank aborted the group; peers rethrow the same type.
 enum class AbortKind : std::uint32_t { kNone = 0, kPeerLost = 1, kTimeout = 2, kOther = 3 };

@@ -55,12 +55,14 @@ bool exited(int pidfd, int pid) {
 
 Waiter::Waiter(Segment& segment, int rank, WaitOptions options, std::string where)
     : segment_(segment), rank_(rank), options_(options), where_(std::move(where)),
-      pidfds_(segment.world(), -1) {
+      pidfds_(segment.world(), -1), checkable_(segment.world(), 1) {
   for (int r = 0; r < segment.world(); ++r) {
     const int pid = segment.control(r).pid.load();
-    if (r != rank && pid != ::getpid()) {
-      pidfds_[r] = static_cast<int>(::syscall(SYS_pidfd_open, pid, 0));
-    }
+    if (r == rank || pid == ::getpid()) continue;  // ranks in this process
+    pidfds_[r] = static_cast<int>(::syscall(SYS_pidfd_open, pid, 0));
+    // Without pidfds, kill(pid, 0); a pid outside our pid namespace cannot be checked at all,
+    // and then only the timeout ends a wait for it.
+    if (pidfds_[r] < 0) checkable_[r] = errno == ENOSYS;
   }
 }
 
@@ -124,7 +126,7 @@ void Waiter::check_peers(int waited_for, const char* op) {
   // Only the awaited peer's liveness: a peer that finished its last collective and exited is
   // fine, and a live peer stuck behind a dead one finds out itself and aborts the group.
   const int r = waited_for;
-  if (!exited(pidfds_[r], segment_.control(r).pid.load())) return;
+  if (!checkable_[r] || !exited(pidfds_[r], segment_.control(r).pid.load())) return;
   const std::string msg = where_ + "shm " + op + ": rank " + std::to_string(r) + " (pid " +
                           std::to_string(segment_.control(r).pid.load()) +
                           ") exited while this rank waited for it; the group cannot continue "

@@ -52,7 +52,8 @@ class Waiter {
   int rank_;
   WaitOptions options_;
   std::string where_;
-  std::vector<int> pidfds_;  // -1 for this rank, ranks in this process, or without pidfd support
+  std::vector<int> pidfds_;       // -1 for ranks in this process or without a pidfd
+  std::vector<char> checkable_;  // whether a peer's liveness can be checked at all
 };
 
 }  // namespace dpx::detail::shm
