@@ -16,6 +16,7 @@ constexpr int kSteps = 5;
 struct Case {
   std::string name;
   DistributedDataParallelOptions options;
+  std::string backend;
 };
 
 void PrintTo(const Case& c, std::ostream* os) { *os << c.name; }
@@ -34,7 +35,16 @@ std::vector<Case> option_cases() {
   DistributedDataParallelOptions stat;
   stat.static_graph = true;
   cases.push_back({"static_graph", stat});
-  return cases;
+  // Every option case on every backend: the reducer must not depend on how buckets travel.
+  std::vector<Case> all;
+  for (const auto& backend : test::backends()) {
+    for (auto c : cases) {
+      c.name = backend + "_" + c.name;
+      c.backend = backend;
+      all.push_back(c);
+    }
+  }
+  return all;
 }
 
 // Trains `steps` SGD-with-momentum steps; loss_of(model, step) gives the loss to minimise.
@@ -61,7 +71,7 @@ TEST_P(Equivalence, Mlp) {
   const auto options = GetParam().options;
   test::StoreServer server;
   test::expect_all_ok(test::run_processes(kWorld, [&](int rank) {
-    auto pg = new_process_group("gloo", server.client(), rank, kWorld);
+    auto pg = new_process_group(GetParam().backend, server.client(), rank, kWorld);
     auto batches = test::make_batches(kSteps, kWorld, kPerRank, {16});
     torch::manual_seed(7 + rank);  // rank 1 starts different: the broadcast must fix it
     test::Mlp net;
@@ -88,7 +98,7 @@ TEST_P(Equivalence, CnnWithBatchNorm) {
   const auto options = GetParam().options;
   test::StoreServer server;
   test::expect_all_ok(test::run_processes(kWorld, [&](int rank) {
-    auto pg = new_process_group("gloo", server.client(), rank, kWorld);
+    auto pg = new_process_group(GetParam().backend, server.client(), rank, kWorld);
     auto batches = test::make_batches(kSteps, kWorld, kPerRank, {1, 8, 8});
     torch::manual_seed(11 + rank);
     test::Cnn net;
@@ -118,7 +128,7 @@ TEST_P(Equivalence, CnnEvalBatchNormOnConcatenatedBatch) {
   const auto options = GetParam().options;
   test::StoreServer server;
   test::expect_all_ok(test::run_processes(kWorld, [&](int rank) {
-    auto pg = new_process_group("gloo", server.client(), rank, kWorld);
+    auto pg = new_process_group(GetParam().backend, server.client(), rank, kWorld);
     auto batches = test::make_batches(kSteps, kWorld, kPerRank, {1, 8, 8});
     torch::manual_seed(11);
     test::Cnn net;
