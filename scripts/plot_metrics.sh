@@ -10,13 +10,16 @@ command -v gnuplot >/dev/null || { echo "plot_metrics: gnuplot not found; run sc
 
 tmp="$(mktemp -d)"
 trap 'rm -rf "$tmp"' EXIT
-# field NAME LINE -> the number after "NAME": in one JSON line
+# extract TYPE X Y -> "x y" for each record of TYPE. Where x goes back (a restart resumed from an
+# earlier checkpoint, or from scratch), a blank line makes gnuplot start a new line segment.
 extract() {
   awk -v type="\"type\":\"$1\"" -v a="\"$2\":" -v b="\"$3\":" '
     index($0, type) {
       i = index($0, a); j = index($0, b)
       if (i && j) {
         x = substr($0, i + length(a)); y = substr($0, j + length(b))
+        if (n++ && x + 0 <= last) print ""
+        last = x + 0
         print x + 0, y + 0
       }
     }' "$metrics"
