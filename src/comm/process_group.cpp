@@ -24,13 +24,11 @@ bool supported_dtype(at::ScalarType t) {
 }  // namespace
 
 ProcessGroup::ProcessGroup(int rank, int size, Options options)
-    : rank_(rank), size_(size), options_(options) {
+    : rank_(rank), size_(size), options_(options), where_(dpx::where(rank, size)) {
   TORCH_CHECK(size >= 1, "world_size must be at least 1, got ", size);
   TORCH_CHECK(rank >= 0 && rank < size, "rank ", rank, " is out of range for world_size ", size,
               "; ranks go from 0 to world_size - 1");
 }
-
-std::string ProcessGroup::where() const { return dpx::where(rank_, size_); }
 
 void ProcessGroup::unsupported(const std::string& what) const {
   TORCH_CHECK(false, where(), "backend ", backend(), " does not support ", what);

@@ -53,8 +53,8 @@ class ProcessGroup {
                                        ReduceScatterOptions opts = {});
   std::shared_ptr<Work> barrier();
 
-  // "[rank R/W host:pid] "
-  std::string where() const;
+  // "[rank R/W host:pid] ", computed once (it costs a gethostname()).
+  const std::string& where() const { return where_; }
 
  protected:
   virtual std::shared_ptr<Work> do_allreduce(at::Tensor& tensor, const AllreduceOptions& opts) = 0;
@@ -73,6 +73,7 @@ class ProcessGroup {
   int rank_;
   int size_;
   Options options_;
+  std::string where_;
 };
 
 }  // namespace dpx

@@ -58,7 +58,7 @@ void ShmWork::finish(std::exception_ptr error) {
 }
 
 ShmGroup::ShmGroup(const BackendArgs& args)
-    : ProcessGroup(args.rank, args.size, args.options), where_(where()), store_(args.store) {
+    : ProcessGroup(args.rank, args.size, args.options), store_(args.store) {
   TORCH_CHECK(args.options.device.is_cpu(), where(), "the shm backend works on CPU tensors "
               "only, not ", args.options.device);
   const Env env = Env::read();
@@ -96,7 +96,7 @@ std::shared_ptr<Work> ShmGroup::enqueue(shm::OpKind kind, const at::Tensor& t, i
   task.desc.root = root;
   task.body = std::move(body);
   task.enqueued = shm::Clock::now();
-  task.work = std::make_shared<ShmWork>(weak_from_this(), options().timeout, where_, spin_);
+  task.work = std::make_shared<ShmWork>(weak_from_this(), options().timeout, where(), spin_);
   auto work = task.work;
   bool notify = true;
   {

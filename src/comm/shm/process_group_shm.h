@@ -86,7 +86,6 @@ class ShmGroup : public ProcessGroup, public std::enable_shared_from_this<ShmGro
   void release();          // after running a claimed one
   void execute(Task& task);
 
-  std::string where_;  // where(), computed once: it costs a gethostname()
   // Kept for the group's life: on rank 0 it may host the TCP store the other ranks still use.
   std::shared_ptr<Store> store_;
   std::unique_ptr<shm::Segment> segment_;
