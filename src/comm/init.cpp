@@ -17,16 +17,10 @@ struct Rendezvous {
   int world_size = -1;
 };
 
-int parse_rank_or(int given, const char* variable) {
-  if (given >= 0) {
-    return given;
-  }
-  const std::string v = Env::require(variable);
-  try {
-    return std::stoi(v);
-  } catch (const std::exception&) {
-    TORCH_CHECK(false, "environment variable ", variable, " must be an integer, got '", v, "'");
-  }
+// A launcher variable Env::read() found (and parsed), or the "expected, but not set" error.
+template <typename T>
+T required(const std::optional<T>& value, const char* variable) {
+  return value ? *value : (Env::require(variable), T{});  // require() throws: it is unset
 }
 
 void check_rank(int rank, int world_size) {
@@ -59,12 +53,12 @@ Rendezvous rendezvous(const InitOptions& opts) {
   }
   const std::string& m = opts.init_method;
   if (m == "env://") {
-    r.rank = parse_rank_or(opts.rank, "RANK");
-    r.world_size = opts.world_size >= 1 ? opts.world_size : parse_rank_or(-1, "WORLD_SIZE");
-    check_rank(r.rank, r.world_size);
-    const std::string addr = Env::require("MASTER_ADDR");
-    const int port = parse_rank_or(-1, "MASTER_PORT");
     const Env env = Env::read();
+    r.rank = opts.rank >= 0 ? opts.rank : required(env.rank, "RANK");
+    r.world_size = opts.world_size >= 1 ? opts.world_size : required(env.world_size, "WORLD_SIZE");
+    check_rank(r.rank, r.world_size);
+    const std::string addr = required(env.master_addr, "MASTER_ADDR");
+    const int port = required(env.master_port, "MASTER_PORT");
     r.store = tcp_store(addr, port, r.rank, r.world_size, env.use_agent_store, opts.timeout);
     if (env.use_agent_store) {
       // The launcher's store outlives worker restarts: keep each attempt's keys apart, under
