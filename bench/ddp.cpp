@@ -32,24 +32,42 @@ struct Args {
   int mlp_width = 4096;
   bool python = true;
   std::vector<std::string> models = {"cnn", "mlp"};
-  std::vector<std::string> configs;  // empty: all (plain, pair, ddp1, ddp2, manual, python)
+  // empty: all (plain, plain-retain, pair, pair-retain, ddp1, ddp2, manual, python,
+  // python-retain)
+  std::vector<std::string> configs;
 };
 
-enum class Mode { kPlain, kPlainPair, kDdp1, kDdp2, kManual2, kPython2 };
+// The "-retain" configurations keep freed memory in the process as dpx DDP does by default
+// (Note [Retained memory] in src/parallel/memory_policy.cpp); the others leave glibc alone.
+enum class Mode {
+  kPlain, kPlainRetain, kPlainPair, kPlainPairRetain, kDdp1, kDdp2, kManual2, kPython2,
+  kPython2Retain
+};
 
 const char* name_of(Mode m) {
   switch (m) {
     case Mode::kPlain: return "plain LibTorch, 1 process";
+    case Mode::kPlainRetain: return "plain LibTorch, 1 process, retained memory";
     case Mode::kPlainPair: return "2 independent plain processes";
+    case Mode::kPlainPairRetain: return "2 independent plain processes, retained memory";
     case Mode::kDdp1: return "dpx DDP, 1 rank";
     case Mode::kDdp2: return "dpx DDP, 2 ranks";
     case Mode::kManual2: return "hand-written all-reduce loop, 2 ranks";
     case Mode::kPython2: return "Python DDP (gloo), 2 ranks";
+    case Mode::kPython2Retain: return "Python DDP (gloo), 2 ranks, retained memory";
   }
   return "?";
 }
 
-int world_of(Mode m) { return m == Mode::kPlain || m == Mode::kDdp1 ? 1 : 2; }
+int world_of(Mode m) {
+  return m == Mode::kPlain || m == Mode::kPlainRetain || m == Mode::kDdp1 ? 1 : 2;
+}
+bool is_pair(Mode m) { return m == Mode::kPlainPair || m == Mode::kPlainPairRetain; }
+bool is_python(Mode m) { return m == Mode::kPython2 || m == Mode::kPython2Retain; }
+// glibc's spelling of apply_memory_policy(MemoryPolicy::kRetain), for the Python baseline.
+constexpr const char* kRetainTunables =
+    "glibc.malloc.mmap_max=0:glibc.malloc.trim_threshold=2147483647";
+
 bool communicates(Mode m) { return m == Mode::kDdp1 || m == Mode::kDdp2 || m == Mode::kManual2; }
 
 struct Sample {
@@ -70,6 +88,9 @@ template <typename Model>
 void train(Model model, const Args& a, Mode mode, const std::string& model_name, int rank,
            std::uint16_t port, const std::string& out) {
   torch::set_num_threads(a.threads);
+  if (mode == Mode::kPlainRetain || mode == Mode::kPlainPairRetain) {
+    apply_memory_policy(MemoryPolicy::kRetain);
+  }
   const int world = world_of(mode);
   std::shared_ptr<ProcessGroup> pg;
   if (communicates(mode)) {
@@ -151,7 +172,7 @@ std::string self_dir() {
 }
 
 Sample run(const Args& a, Mode mode, const std::string& model, const std::string& dir) {
-  const int procs = mode == Mode::kPlainPair ? 2 : world_of(mode);
+  const int procs = is_pair(mode) ? 2 : world_of(mode);
   const std::string prefix = dir + "/" + model + std::to_string(static_cast<int>(mode));
   std::shared_ptr<Store> server;
   if (communicates(mode)) {
@@ -162,9 +183,12 @@ Sample run(const Args& a, Mode mode, const std::string& model, const std::string
   const std::uint16_t port = server ? server->port() : 0;
   std::vector<pid_t> pids;
   std::fflush(stdout);
-  if (mode == Mode::kPython2) {
+  if (is_python(mode)) {
     pid_t pid = ::fork();
     if (pid == 0) {
+      if (mode == Mode::kPython2Retain) {  // what apply_memory_policy(kRetain) sets, for glibc
+        ::setenv("GLIBC_TUNABLES", kRetainTunables, 1);
+      }
       const std::string script = std::string(DPX_BENCH_SOURCE_DIR) + "/python/ddp_baseline.py";
       std::vector<std::string> argv = {"/usr/bin/python3", script, "--model", model, "--world",
                                        "2", "--steps",
@@ -188,7 +212,7 @@ Sample run(const Args& a, Mode mode, const std::string& model, const std::string
         try {
           torch::manual_seed(0);
           const std::string out = prefix + ".rank" + std::to_string(r);
-          const int rank = mode == Mode::kPlainPair ? 0 : r;
+          const int rank = is_pair(mode) ? 0 : r;
           if (model == "cnn") {
             train(FashionCnn(), a, mode, model, rank, port, out);
           } else {
@@ -243,11 +267,14 @@ std::vector<std::string> split(const std::string& s) {
 const char* key_of(Mode m) {
   switch (m) {
     case Mode::kPlain: return "plain";
+    case Mode::kPlainRetain: return "plain-retain";
     case Mode::kPlainPair: return "pair";
+    case Mode::kPlainPairRetain: return "pair-retain";
     case Mode::kDdp1: return "ddp1";
     case Mode::kDdp2: return "ddp2";
     case Mode::kManual2: return "manual";
     case Mode::kPython2: return "python";
+    case Mode::kPython2Retain: return "python-retain";
   }
   return "?";
 }
@@ -292,9 +319,9 @@ void report(const Args& a, const std::string& model, const std::vector<Mode>& mo
     }
     med[m] = {median(sps), median(cpu), median(comm), median(exposed)};
   }
-  std::printf("\n### %s (batch %d per process, %d intra-op thread(s), backend %s, %d rounds)\n\n",
-              model == "cnn" ? "Fashion-MNIST CNN" : "MLP", a.batch, a.threads,
-              a.backend.c_str(), a.rounds);
+  std::printf("\n### %s (batch %d per process, %d intra-op thread(s), backend %s, %d rounds, "
+              "DPX_MALLOC=%s)\n\n", model == "cnn" ? "Fashion-MNIST CNN" : "MLP", a.batch,
+              a.threads, a.backend.c_str(), a.rounds, Env::read().malloc.value_or("retain").c_str());
   std::printf("| configuration | samples/s | CPU s / 1000 samples | comm ms/iter | exposed ms/iter |\n");
   std::printf("|---|---:|---:|---:|---:|\n");
   for (auto m : modes) {
@@ -309,15 +336,21 @@ void report(const Args& a, const std::string& model, const std::vector<Mode>& mo
     return cpu ? med[a_].cpu_per_1000 / med[b_].cpu_per_1000
                : med[a_].samples_per_s / med[b_].samples_per_s;
   };
-  std::printf("\n- dpx DDP 2 ranks / 2 independent processes: %.3f\n",
-              ratio(Mode::kDdp2, Mode::kPlainPair, false));
-  std::printf("- dpx DDP 1 rank / plain: %.3f\n", ratio(Mode::kDdp1, Mode::kPlain, false));
-  std::printf("- dpx DDP 2 ranks / hand-written loop: %.3f\n",
-              ratio(Mode::kDdp2, Mode::kManual2, false));
-  if (med.count(Mode::kPython2)) {
-    std::printf("- dpx DDP 2 ranks / Python DDP: %.3f throughput, %.3f CPU per sample\n",
-                ratio(Mode::kDdp2, Mode::kPython2, false), ratio(Mode::kDdp2, Mode::kPython2, true));
-  }
+  // Each ratio prints only when both of its configurations ran (see --configs).
+  auto line = [&](const char* what, Mode a_, Mode b_) {
+    if (!med.count(a_) || !med.count(b_)) return;
+    std::printf("- %s: %.3f throughput, %.3f CPU per sample\n", what, ratio(a_, b_, false),
+                ratio(a_, b_, true));
+  };
+  std::printf("\n");
+  line("dpx DDP 2 ranks / 2 independent processes", Mode::kDdp2, Mode::kPlainPair);
+  line("dpx DDP 2 ranks / 2 independent processes, retained memory", Mode::kDdp2,
+       Mode::kPlainPairRetain);
+  line("dpx DDP 1 rank / plain", Mode::kDdp1, Mode::kPlain);
+  line("dpx DDP 1 rank / plain, retained memory", Mode::kDdp1, Mode::kPlainRetain);
+  line("dpx DDP 2 ranks / hand-written loop", Mode::kDdp2, Mode::kManual2);
+  line("dpx DDP 2 ranks / Python DDP", Mode::kDdp2, Mode::kPython2);
+  line("dpx DDP 2 ranks / Python DDP, retained memory", Mode::kDdp2, Mode::kPython2Retain);
   std::printf("- dpx DDP 2 ranks exposed / total communication: %.3f\n",
               med.count(Mode::kDdp2) ? med[Mode::kDdp2].exposed_ms / med[Mode::kDdp2].comm_ms
                                      : static_cast<double>(NAN));
@@ -327,11 +360,12 @@ int run_ddp_bench(const std::vector<std::string>& argv) {
   const Args a = parse(argv);
   char dir_template[] = "/tmp/dpx-bench-ddp-XXXXXX";
   const std::string dir = ::mkdtemp(dir_template);
-  std::vector<Mode> modes = {Mode::kPlain, Mode::kPlainPair, Mode::kDdp1, Mode::kDdp2,
-                             Mode::kManual2};
+  std::vector<Mode> modes = {Mode::kPlain, Mode::kPlainRetain, Mode::kPlainPair,
+                             Mode::kPlainPairRetain, Mode::kDdp1, Mode::kDdp2, Mode::kManual2};
   if (a.python) {
     if (std::system("/usr/bin/python3 -c 'import torch.distributed' >/dev/null 2>&1") == 0) {
       modes.push_back(Mode::kPython2);
+      modes.push_back(Mode::kPython2Retain);
     } else {
       std::printf("SKIPPED Python DDP: /usr/bin/python3 cannot import torch\n");
     }

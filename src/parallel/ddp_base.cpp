@@ -6,6 +6,7 @@
 
 #include "dpx/env.h"
 #include "dpx/parallel/bucket_assignment.h"
+#include "dpx/parallel/memory_policy.h"
 #include "parallel/model_sync.h"
 #include "parallel/reducer.h"
 
@@ -39,6 +40,7 @@ DdpBase::DdpBase(std::shared_ptr<torch::nn::Module> module, std::shared_ptr<Proc
   TORCH_CHECK(!params.empty(), pg_->where(), "DistributedDataParallel is not needed when a "
               "module doesn't have any parameter that requires a gradient.");
   for (const auto& b : base_module_->buffers()) buffers_.push_back(b);
+  apply_memory_policy();  // Note [Retained memory]
 
   detail::verify_params_across_ranks(*pg_, params);
   std::vector<at::Tensor> state;

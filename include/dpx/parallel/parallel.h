@@ -7,3 +7,4 @@
 #include "dpx/parallel/ddp_stats.h"
 #include "dpx/parallel/distributed_data_parallel.h"
 #include "dpx/parallel/future.h"
+#include "dpx/parallel/memory_policy.h"
