@@ -14,6 +14,7 @@
 
 #include "command.h"
 #include "dpx/parallel/data_parallel.h"
+#include "dpx/parallel/memory_policy.h"
 
 namespace dpx::bench {
 namespace {
@@ -158,6 +159,10 @@ int run(const std::vector<std::string>& argv) {
               static_cast<long long>(args.steps));
   std::printf("# intra-op threads: at::set_num_threads%s per configuration\n",
               set_blas_threads(1) ? " and openblas_set_num_threads" : "");
+  // One process: the policy DataParallel applied holds for every configuration alike.
+  std::printf("# allocator: %s for every configuration (DPX_MALLOC; docs/ddp.md)\n",
+              apply_memory_policy() == MemoryPolicy::kRetain ? "freed memory retained"
+                                                             : "glibc's defaults");
   const double difference = max_grad_difference(init, args, x, y);
   std::printf("# check: max |grad difference| DataParallel vs plain, one step: %.3g\n",
               difference);
