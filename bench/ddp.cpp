@@ -32,16 +32,18 @@ struct Args {
   int mlp_width = 4096;
   bool python = true;
   std::vector<std::string> models = {"cnn", "mlp"};
-  // empty: all (plain, plain-retain, pair, pair-retain, ddp1, ddp2, manual, python,
-  // python-retain)
+  // empty: all (plain, plain-retain, pair, pair-retain, ddp1, ddp2, manual, manual-retain,
+  // python, python-retain)
   std::vector<std::string> configs;
 };
 
-// The "-retain" configurations keep freed memory in the process as dpx DDP does by default
-// (Note [Retained memory] in src/parallel/memory_policy.cpp); the others leave glibc alone.
+// The "-retain" configurations keep freed memory in the process as dpx DDP does by default: the
+// LibTorch ones through dpx's block cache (Note [CPU block cache] in
+// src/parallel/cpu_block_cache.h), Python through glibc's tunables. The others run LibTorch's
+// and glibc's defaults.
 enum class Mode {
-  kPlain, kPlainRetain, kPlainPair, kPlainPairRetain, kDdp1, kDdp2, kManual2, kPython2,
-  kPython2Retain
+  kPlain, kPlainRetain, kPlainPair, kPlainPairRetain, kDdp1, kDdp2, kManual2, kManual2Retain,
+  kPython2, kPython2Retain
 };
 
 const char* name_of(Mode m) {
@@ -53,8 +55,9 @@ const char* name_of(Mode m) {
     case Mode::kDdp1: return "dpx DDP, 1 rank";
     case Mode::kDdp2: return "dpx DDP, 2 ranks";
     case Mode::kManual2: return "hand-written all-reduce loop, 2 ranks";
+    case Mode::kManual2Retain: return "hand-written all-reduce loop, 2 ranks, retained memory";
     case Mode::kPython2: return "Python DDP (gloo), 2 ranks";
-    case Mode::kPython2Retain: return "Python DDP (gloo), 2 ranks, retained memory";
+    case Mode::kPython2Retain: return "Python DDP (gloo), 2 ranks, glibc keeping freed memory";
   }
   return "?";
 }
@@ -64,17 +67,30 @@ int world_of(Mode m) {
 }
 bool is_pair(Mode m) { return m == Mode::kPlainPair || m == Mode::kPlainPairRetain; }
 bool is_python(Mode m) { return m == Mode::kPython2 || m == Mode::kPython2Retain; }
-// glibc's spelling of apply_memory_policy(MemoryPolicy::kRetain), for the Python baseline.
+bool is_manual(Mode m) { return m == Mode::kManual2 || m == Mode::kManual2Retain; }
+bool applies_retain(Mode m) {
+  return m == Mode::kPlainRetain || m == Mode::kPlainPairRetain || m == Mode::kManual2Retain;
+}
+// The nearest a Python user gets to dpx's block cache without code: glibc told to keep freed
+// memory (no mmap for malloc, no trimming below 2 GiB). It still faults where blocks no longer fit
+// (Note [CPU block cache]); the benchmark prints page faults per step for every configuration.
 constexpr const char* kRetainTunables =
     "glibc.malloc.mmap_max=0:glibc.malloc.trim_threshold=2147483647";
 
-bool communicates(Mode m) { return m == Mode::kDdp1 || m == Mode::kDdp2 || m == Mode::kManual2; }
+bool communicates(Mode m) { return m == Mode::kDdp1 || m == Mode::kDdp2 || is_manual(m); }
 
 struct Sample {
   double samples_per_s = 0;
   double cpu_per_1000 = 0;  // user + system seconds of all processes per 1000 samples
+  double faults_per_step = 0;  // minor page faults of all processes per training step
   double comm_ms = NAN, exposed_ms = NAN;
 };
+
+long minor_faults() {
+  rusage r{};
+  ::getrusage(RUSAGE_SELF, &r);
+  return r.ru_minflt;
+}
 
 double cpu_seconds() {
   rusage r{};
@@ -83,14 +99,13 @@ double cpu_seconds() {
   return s(r.ru_utime) + s(r.ru_stime);
 }
 
-// One training process. Writes "<seconds> <cpu seconds> <comm ms> <exposed ms>" to `out`.
+// One training process. Writes "<seconds> <cpu seconds> <minor faults> <comm ms> <exposed ms>"
+// to `out`.
 template <typename Model>
 void train(Model model, const Args& a, Mode mode, const std::string& model_name, int rank,
            std::uint16_t port, const std::string& out) {
   torch::set_num_threads(a.threads);
-  if (mode == Mode::kPlainRetain || mode == Mode::kPlainPairRetain) {
-    apply_memory_policy(MemoryPolicy::kRetain);
-  }
+  if (applies_retain(mode)) apply_memory_policy(MemoryPolicy::kRetain);
   const int world = world_of(mode);
   std::shared_ptr<ProcessGroup> pg;
   if (communicates(mode)) {
@@ -109,7 +124,7 @@ void train(Model model, const Args& a, Mode mode, const std::string& model_name,
     opt.zero_grad();
     auto logits = ddp ? ddp->forward(x) : model->forward(x);
     torch::nn::functional::cross_entropy(logits, y).backward();
-    if (mode == Mode::kManual2) {  // what LibTorch users write today
+    if (is_manual(mode)) {  // what LibTorch users write today
       for (auto& p : model->parameters()) {
         pg->allreduce(p.mutable_grad())->wait();
         p.mutable_grad().div_(world);
@@ -122,10 +137,12 @@ void train(Model model, const Args& a, Mode mode, const std::string& model_name,
   const int steps = model_name == "cnn" ? a.cnn_steps : a.mlp_steps;
   const auto stats0 = ddp ? ddp->stats() : DdpStats{};
   const double c0 = cpu_seconds();
+  const long f0 = minor_faults();
   const auto t0 = std::chrono::steady_clock::now();
   for (int i = 0; i < steps; ++i) step();
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   const double cpu = cpu_seconds() - c0;
+  const long faults = minor_faults() - f0;
   double comm = NAN, exposed = NAN;
   if (ddp) {  // averages over the timed steps only
     const auto s1 = ddp->stats();
@@ -134,7 +151,8 @@ void train(Model model, const Args& a, Mode mode, const std::string& model_name,
     exposed = (s1.avg_exposed_comm_ms * n1 - stats0.avg_exposed_comm_ms * n0) / (n1 - n0);
   }
   if (pg) pg->barrier()->wait();
-  std::ofstream(out) << secs << " " << cpu << " " << comm << " " << exposed << "\n";
+  std::ofstream(out) << secs << " " << cpu << " " << faults << " " << comm << " " << exposed
+                     << "\n";
 }
 
 // Waits for `pids` (at most `timeout`), killing all on failure. Returns false on failure.
@@ -186,8 +204,11 @@ Sample run(const Args& a, Mode mode, const std::string& model, const std::string
   if (is_python(mode)) {
     pid_t pid = ::fork();
     if (pid == 0) {
-      if (mode == Mode::kPython2Retain) {  // what apply_memory_policy(kRetain) sets, for glibc
-        ::setenv("GLIBC_TUNABLES", kRetainTunables, 1);
+      if (mode == Mode::kPython2Retain) {
+        const char* user = std::getenv("GLIBC_TUNABLES");
+        const std::string tunables =
+            user ? std::string(user) + ":" + kRetainTunables : std::string(kRetainTunables);
+        ::setenv("GLIBC_TUNABLES", tunables.c_str(), 1);
       }
       const std::string script = std::string(DPX_BENCH_SOURCE_DIR) + "/python/ddp_baseline.py";
       std::vector<std::string> argv = {"/usr/bin/python3", script, "--model", model, "--world",
@@ -230,22 +251,23 @@ Sample run(const Args& a, Mode mode, const std::string& model, const std::string
   }
   TORCH_CHECK(wait_all(pids, std::chrono::seconds(900)), name_of(mode), " (", model,
               ") failed or timed out");
-  double max_secs = 0, cpu = 0, comm = NAN, exposed = NAN;
+  double max_secs = 0, cpu = 0, faults = 0, comm = NAN, exposed = NAN;
   for (int r = 0; r < procs; ++r) {
     const std::string path = prefix + ".rank" + std::to_string(r);
     std::ifstream in(path);
-    double secs = 0, c = 0, cm = NAN, ex = NAN;
-    in >> secs >> c;
+    double secs = 0, c = 0, f = 0, cm = NAN, ex = NAN;
+    in >> secs >> c >> f;
     if (!(in >> cm >> ex)) cm = ex = NAN;
     TORCH_CHECK(secs > 0, "no result in ", path);
     max_secs = std::max(max_secs, secs);
     cpu += c;
+    faults += f;
     if (r == 0) comm = cm, exposed = ex;
     std::remove(path.c_str());
   }
   const int steps = model == "cnn" ? a.cnn_steps : a.mlp_steps;
   const double samples = static_cast<double>(procs) * a.batch * steps;
-  return {samples / max_secs, cpu / samples * 1000, comm, exposed};
+  return {samples / max_secs, cpu / samples * 1000, faults / steps, comm, exposed};
 }
 
 double median(std::vector<double> v) {
@@ -273,6 +295,7 @@ const char* key_of(Mode m) {
     case Mode::kDdp1: return "ddp1";
     case Mode::kDdp2: return "ddp2";
     case Mode::kManual2: return "manual";
+    case Mode::kManual2Retain: return "manual-retain";
     case Mode::kPython2: return "python";
     case Mode::kPython2Retain: return "python-retain";
   }
@@ -311,23 +334,26 @@ void report(const Args& a, const std::string& model, const std::vector<Mode>& mo
             std::map<Mode, std::vector<Sample>>& all) {
   std::map<Mode, Sample> med;
   for (auto m : modes) {
-    std::vector<double> sps, cpu, comm, exposed;
+    std::vector<double> sps, cpu, faults, comm, exposed;
     for (const auto& s : all[m]) {
       sps.push_back(s.samples_per_s);
       cpu.push_back(s.cpu_per_1000);
+      faults.push_back(s.faults_per_step);
       if (!std::isnan(s.comm_ms)) comm.push_back(s.comm_ms), exposed.push_back(s.exposed_ms);
     }
-    med[m] = {median(sps), median(cpu), median(comm), median(exposed)};
+    med[m] = {median(sps), median(cpu), median(faults), median(comm), median(exposed)};
   }
+  const bool retain = Env::read().malloc.value_or(MemoryPolicy::kRetain) == MemoryPolicy::kRetain;
   std::printf("\n### %s (batch %d per process, %d intra-op thread(s), backend %s, %d rounds, "
               "DPX_MALLOC=%s)\n\n", model == "cnn" ? "Fashion-MNIST CNN" : "MLP", a.batch,
-              a.threads, a.backend.c_str(), a.rounds, Env::read().malloc.value_or("retain").c_str());
-  std::printf("| configuration | samples/s | CPU s / 1000 samples | comm ms/iter | exposed ms/iter |\n");
-  std::printf("|---|---:|---:|---:|---:|\n");
+              a.threads, a.backend.c_str(), a.rounds, retain ? "retain" : "system");
+  std::printf("| configuration | samples/s | CPU s / 1000 samples | page faults / step | "
+              "comm ms/iter | exposed ms/iter |\n");
+  std::printf("|---|---:|---:|---:|---:|---:|\n");
   for (auto m : modes) {
     const auto& s = med[m];
-    std::printf("| %s | %.1f | %.3f | %s | %s |\n", name_of(m), s.samples_per_s,
-                s.cpu_per_1000,
+    std::printf("| %s | %.1f | %.3f | %.0f | %s | %s |\n", name_of(m), s.samples_per_s,
+                s.cpu_per_1000, s.faults_per_step,
                 std::isnan(s.comm_ms) ? "" : std::to_string(s.comm_ms).substr(0, 7).c_str(),
                 std::isnan(s.exposed_ms) ? "" : std::to_string(s.exposed_ms).substr(0, 7).c_str());
   }
@@ -349,8 +375,10 @@ void report(const Args& a, const std::string& model, const std::vector<Mode>& mo
   line("dpx DDP 1 rank / plain", Mode::kDdp1, Mode::kPlain);
   line("dpx DDP 1 rank / plain, retained memory", Mode::kDdp1, Mode::kPlainRetain);
   line("dpx DDP 2 ranks / hand-written loop", Mode::kDdp2, Mode::kManual2);
+  line("dpx DDP 2 ranks / hand-written loop, retained memory", Mode::kDdp2, Mode::kManual2Retain);
   line("dpx DDP 2 ranks / Python DDP", Mode::kDdp2, Mode::kPython2);
-  line("dpx DDP 2 ranks / Python DDP, retained memory", Mode::kDdp2, Mode::kPython2Retain);
+  line("dpx DDP 2 ranks / Python DDP, glibc keeping freed memory", Mode::kDdp2,
+       Mode::kPython2Retain);
   std::printf("- dpx DDP 2 ranks exposed / total communication: %.3f\n",
               med.count(Mode::kDdp2) ? med[Mode::kDdp2].exposed_ms / med[Mode::kDdp2].comm_ms
                                      : static_cast<double>(NAN));
@@ -361,7 +389,8 @@ int run_ddp_bench(const std::vector<std::string>& argv) {
   char dir_template[] = "/tmp/dpx-bench-ddp-XXXXXX";
   const std::string dir = ::mkdtemp(dir_template);
   std::vector<Mode> modes = {Mode::kPlain, Mode::kPlainRetain, Mode::kPlainPair,
-                             Mode::kPlainPairRetain, Mode::kDdp1, Mode::kDdp2, Mode::kManual2};
+                             Mode::kPlainPairRetain, Mode::kDdp1, Mode::kDdp2, Mode::kManual2,
+                             Mode::kManual2Retain};
   if (a.python) {
     if (std::system("/usr/bin/python3 -c 'import torch.distributed' >/dev/null 2>&1") == 0) {
       modes.push_back(Mode::kPython2);
@@ -386,8 +415,9 @@ int run_ddp_bench(const std::vector<std::string>& argv) {
       for (auto m : modes) {
         auto s = run(a, m, model, dir);
         results[model][m].push_back(s);
-        std::fprintf(stderr, "round %d %s %-40s %9.1f samples/s %7.3f cpu-s/1000\n", round,
-                     model.c_str(), name_of(m), s.samples_per_s, s.cpu_per_1000);
+        std::fprintf(stderr, "round %d %s %-40s %9.1f samples/s %7.3f cpu-s/1000 %8.0f faults/step\n",
+                     round, model.c_str(), name_of(m), s.samples_per_s, s.cpu_per_1000,
+                     s.faults_per_step);
       }
     }
   }

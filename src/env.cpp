@@ -61,7 +61,11 @@ Env Env::read() {
   e.shm_slot_bytes = get_int("DPX_SHM_SLOT_BYTES");
   e.shm_small_bytes = get_int("DPX_SHM_SMALL_BYTES");
   e.shm_spin_us = get_int("DPX_SHM_SPIN_US");
-  e.malloc = get("DPX_MALLOC");
+  if (auto m = get("DPX_MALLOC")) {
+    TORCH_CHECK(*m == "retain" || *m == "system",
+                "environment variable DPX_MALLOC must be retain or system, got '", *m, "'");
+    e.malloc = *m == "retain" ? MemoryPolicy::kRetain : MemoryPolicy::kSystem;
+  }
   e.agent_store = get("DPX_AGENT_STORE");
   e.heartbeat_key = get("DPX_HEARTBEAT_KEY");
   if (auto h = get("DPX_HEARTBEAT_TIMEOUT")) {

@@ -3,7 +3,8 @@
 
 Usage: ddp_baseline.py --model cnn|mlp --world W --steps S --warmup N --batch B
                        --threads T --mlp-width N --out PREFIX
-Each rank writes PREFIX.rankR: "<seconds of the timed steps> <user+sys CPU seconds>".
+Each rank writes PREFIX.rankR: "<seconds of the timed steps> <user+sys CPU seconds>
+<minor page faults>".
 """
 import argparse
 import os
@@ -51,6 +52,10 @@ def cpu_seconds():
     return r.ru_utime + r.ru_stime
 
 
+def minor_faults():
+    return resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+
+
 def worker(rank, args, port):
     os.environ["MASTER_ADDR"] = "127.0.0.1"
     os.environ["MASTER_PORT"] = str(port)
@@ -71,12 +76,12 @@ def worker(rank, args, port):
     for _ in range(args.warmup):
         step()
     dist.barrier()
-    t0, c0 = time.perf_counter(), cpu_seconds()
+    t0, c0, f0 = time.perf_counter(), cpu_seconds(), minor_faults()
     for _ in range(args.steps):
         step()
-    t1, c1 = time.perf_counter(), cpu_seconds()
+    t1, c1, f1 = time.perf_counter(), cpu_seconds(), minor_faults()
     with open("%s.rank%d" % (args.out, rank), "w") as f:
-        f.write("%.9f %.9f\n" % (t1 - t0, c1 - c0))
+        f.write("%.9f %.9f %d\n" % (t1 - t0, c1 - c0, f1 - f0))
     dist.barrier()
     dist.destroy_process_group()
 

@@ -5,6 +5,8 @@
 #include <optional>
 #include <string>
 
+#include "dpx/parallel/memory_policy.h"
+
 namespace dpx {
 
 enum class DebugLevel { kOff, kInfo, kDetail };
@@ -43,9 +45,9 @@ struct Env {
   std::optional<int> shm_slot_bytes;
   std::optional<int> shm_small_bytes;
   std::optional<int> shm_spin_us;
-  // DPX_MALLOC: what the allocator does with freed memory, `retain` (default) or `system`
-  // (dpx::apply_memory_policy, include/dpx/parallel/memory_policy.h).
-  std::optional<std::string> malloc;
+  // DPX_MALLOC: what the allocator does with freed memory, `retain` or `system`; unset means
+  // retain (dpx::apply_memory_policy).
+  std::optional<MemoryPolicy> malloc;
 
   // Reads the process environment now. Malformed values throw, naming the variable.
   static Env read();

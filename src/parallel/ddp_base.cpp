@@ -40,7 +40,7 @@ DdpBase::DdpBase(std::shared_ptr<torch::nn::Module> module, std::shared_ptr<Proc
   TORCH_CHECK(!params.empty(), pg_->where(), "DistributedDataParallel is not needed when a "
               "module doesn't have any parameter that requires a gradient.");
   for (const auto& b : base_module_->buffers()) buffers_.push_back(b);
-  apply_memory_policy();  // Note [Retained memory]
+  apply_memory_policy();  // Note [CPU block cache]
 
   detail::verify_params_across_ranks(*pg_, params);
   std::vector<at::Tensor> state;

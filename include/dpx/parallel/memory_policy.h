@@ -1,5 +1,5 @@
-// What the process's allocator does with memory a training step frees (Note [Retained memory]
-// in src/parallel/memory_policy.cpp). DistributedDataParallel and DataParallel apply the policy
+// What happens to the memory of the tensors a training step frees (Note [CPU block cache] in
+// src/parallel/cpu_block_cache.h). DistributedDataParallel and DataParallel apply the policy
 // named by DPX_MALLOC when they are constructed; other programs may apply one themselves.
 #pragma once
 
@@ -8,13 +8,14 @@
 namespace dpx {
 
 enum class MemoryPolicy {
-  kRetain,  // freed blocks stay in the process for the next step (the default)
-  kSystem,  // glibc's own behaviour, untouched: large freed blocks go back to the kernel
+  kRetain,  // freed CPU tensor blocks stay cached in the process for the next step (the default)
+  kSystem,  // LibTorch's own CPU allocator, untouched: large freed blocks go back to the kernel
 };
 
 // Applies `policy`, else the one in DPX_MALLOC (`retain` or `system`; unset: retain), the first
-// time it is called in this process, and returns the policy in force. Later calls change
-// nothing: the allocator settings are process-wide and glibc cannot restore its dynamic defaults.
+// time it is called in this process, and returns the policy in force. An explicit `policy` wins
+// over DPX_MALLOC. Later calls change nothing: blocks already handed out by the cache must find
+// it when they are freed, so it cannot be taken out again.
 MemoryPolicy apply_memory_policy(std::optional<MemoryPolicy> policy = std::nullopt);
 
 }  // namespace dpx
