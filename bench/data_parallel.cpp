@@ -14,7 +14,7 @@
 
 #include "command.h"
 #include "dpx/parallel/data_parallel.h"
-#include "dpx/parallel/memory_policy.h"
+#include "dpx/memory_policy.h"
 
 namespace dpx::bench {
 namespace {

@@ -39,7 +39,7 @@ struct Args {
 
 // The "-retain" configurations keep freed memory in the process as dpx DDP does by default: the
 // LibTorch ones through dpx's block cache (Note [CPU block cache] in
-// src/parallel/cpu_block_cache.h), Python through glibc's tunables. The others run LibTorch's
+// src/memory/cpu_block_cache.h), Python through glibc's tunables. The others run LibTorch's
 // and glibc's defaults.
 enum class Mode {
   kPlain, kPlainRetain, kPlainPair, kPlainPairRetain, kDdp1, kDdp2, kManual2, kManual2Retain,

@@ -15,4 +15,5 @@
 #include "dpx/launch/error_handler.h"
 #include "dpx/launch/heartbeat.h"
 #include "dpx/launch/spawn.h"
+#include "dpx/memory_policy.h"
 #include "dpx/parallel/parallel.h"

@@ -5,7 +5,7 @@
 #include <optional>
 #include <string>
 
-#include "dpx/parallel/memory_policy.h"
+#include "dpx/memory_policy.h"
 
 namespace dpx {
 

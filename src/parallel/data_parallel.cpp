@@ -4,7 +4,7 @@
 
 #include <thread>
 
-#include "dpx/parallel/memory_policy.h"
+#include "dpx/memory_policy.h"
 #include "dpx/parallel/scatter_gather.h"
 #include "parallel/data_parallel_backward.h"
 #include "parallel/parallel_apply_threads.h"

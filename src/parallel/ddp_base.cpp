@@ -6,7 +6,7 @@
 
 #include "dpx/env.h"
 #include "dpx/parallel/bucket_assignment.h"
-#include "dpx/parallel/memory_policy.h"
+#include "dpx/memory_policy.h"
 #include "parallel/model_sync.h"
 #include "parallel/reducer.h"
 

@@ -11,7 +11,7 @@
 #include "dpx/dpx.h"
 #include "dpx/parallel/data_parallel.h"
 #include "harness.h"
-#include "parallel/cpu_block_cache.h"
+#include "memory/cpu_block_cache.h"
 
 namespace dpx {
 namespace {

@@ -7,4 +7,3 @@
 #include "dpx/parallel/ddp_stats.h"
 #include "dpx/parallel/distributed_data_parallel.h"
 #include "dpx/parallel/future.h"
-#include "dpx/parallel/memory_policy.h"

@@ -1,9 +1,9 @@
-#include "dpx/parallel/memory_policy.h"
+#include "dpx/memory_policy.h"
 
 #include <mutex>
 
 #include "dpx/env.h"
-#include "parallel/cpu_block_cache.h"
+#include "memory/cpu_block_cache.h"
 
 namespace dpx {
 

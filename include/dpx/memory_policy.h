@@ -1,5 +1,5 @@
 // What happens to the memory of the tensors a training step frees (Note [CPU block cache] in
-// src/parallel/cpu_block_cache.h). DistributedDataParallel and DataParallel apply the policy
+// src/memory/cpu_block_cache.h). DistributedDataParallel and DataParallel apply the policy
 // named by DPX_MALLOC when they are constructed; other programs may apply one themselves.
 #pragma once
 

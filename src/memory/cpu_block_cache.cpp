@@ -1,4 +1,4 @@
-#include "parallel/cpu_block_cache.h"
+#include "memory/cpu_block_cache.h"
 
 #include <c10/core/CPUAllocator.h>
 #include <c10/core/alignment.h>
