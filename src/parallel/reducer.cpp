@@ -162,7 +162,11 @@ void Reducer::finalize_backward() {
   TORCH_INTERNAL_ASSERT(state_ == ReducerState::kAllLaunched, "finalize in state ",
                         static_cast<int>(state_));
   const auto wait_start = Clock::now();
-  for (auto& bucket : buckets_) {
+  // Without the used map every bucket's result is final once it arrives, so it is written into
+  // .grad at once, while later buckets are still being reduced.
+  const bool write_each = !used_work_;
+  for (std::size_t b = 0; b < buckets_.size(); ++b) {
+    auto& bucket = buckets_[b];
     at::Tensor result = bucket.future->wait();
     if (!result.is_same(bucket.buffer)) {
       TORCH_CHECK(result.numel() == bucket.buffer.numel(), pg_->where(),
@@ -171,14 +175,15 @@ void Reducer::finalize_backward() {
       bucket.buffer.copy_(result.view(bucket.buffer.sizes()));
     }
     bucket.future.reset();
+    if (write_each) write_results(b);
   }
   if (used_work_) {
     used_work_->wait();
     used_work_.reset();
     auto used = local_used_.data_ptr<int>();
     for (std::size_t i = 0; i < params_.size(); ++i) globally_unused_[i] = used[i] == 0;
+    for (std::size_t b = 0; b < buckets_.size(); ++b) write_results(b);
   }
-  write_results();
   const auto end = Clock::now();
   backward_ms_total_ += ms_between(forward_end_, last_ready_);
   comm_ms_total_ += ms_between(first_launch_, end);
@@ -190,10 +195,10 @@ void Reducer::finalize_backward() {
   state_ = ReducerState::kIdle;
 }
 
-void Reducer::write_results() {
+void Reducer::write_results(std::size_t bucket) {
   if (passthrough()) return;
   at::NoGradGuard no_grad;
-  for (std::size_t i = 0; i < params_.size(); ++i) {
+  for (std::size_t i : buckets_[bucket].variables) {
     if (globally_unused_[i]) continue;  // unused on every rank: .grad stays as it was
     const auto& loc = locators_[i];
     auto& view = buckets_[loc.bucket].views[loc.slot];

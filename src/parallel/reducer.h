@@ -94,7 +94,7 @@ class Reducer {
   void launch_used_map();
   void finalize_backward();
   void delayed_reduce_all();
-  void write_results();
+  void write_results(std::size_t bucket);
   void check_prior_reduction_finished();
   std::vector<std::size_t> find_unused(const std::vector<at::Tensor>& outputs) const;
   bool reduces_used_map() const;
