@@ -32,8 +32,8 @@ struct Args {
   int mlp_width = 4096;
   bool python = true;
   std::vector<std::string> models = {"cnn", "mlp"};
-  // empty: all (plain, plain-retain, pair, pair-retain, ddp1, ddp2, manual, manual-retain,
-  // python, python-retain)
+  // empty: all (plain, plain-retain, pair, pair-retain, ddp1, ddp2, ddp2-view, manual,
+  // manual-retain, python, python-retain)
   std::vector<std::string> configs;
 };
 
@@ -42,7 +42,8 @@ struct Args {
 // src/memory/cpu_block_cache.h), Python through glibc's tunables. The others run LibTorch's
 // and glibc's defaults.
 enum class Mode {
-  kPlain, kPlainRetain, kPlainPair, kPlainPairRetain, kDdp1, kDdp2, kManual2, kManual2Retain,
+  kPlain, kPlainRetain, kPlainPair, kPlainPairRetain, kDdp1, kDdp2, kDdp2View, kManual2,
+  kManual2Retain,
   kPython2, kPython2Retain
 };
 
@@ -54,6 +55,7 @@ const char* name_of(Mode m) {
     case Mode::kPlainPairRetain: return "2 independent plain processes, retained memory";
     case Mode::kDdp1: return "dpx DDP, 1 rank";
     case Mode::kDdp2: return "dpx DDP, 2 ranks";
+    case Mode::kDdp2View: return "dpx DDP, 2 ranks, gradient_as_bucket_view";
     case Mode::kManual2: return "hand-written all-reduce loop, 2 ranks";
     case Mode::kManual2Retain: return "hand-written all-reduce loop, 2 ranks, retained memory";
     case Mode::kPython2: return "Python DDP (gloo), 2 ranks";
@@ -77,7 +79,8 @@ bool applies_retain(Mode m) {
 constexpr const char* kRetainTunables =
     "glibc.malloc.mmap_max=0:glibc.malloc.trim_threshold=2147483647";
 
-bool communicates(Mode m) { return m == Mode::kDdp1 || m == Mode::kDdp2 || is_manual(m); }
+bool is_ddp(Mode m) { return m == Mode::kDdp1 || m == Mode::kDdp2 || m == Mode::kDdp2View; }
+bool communicates(Mode m) { return is_ddp(m) || is_manual(m); }
 
 struct Sample {
   double samples_per_s = 0;
@@ -116,8 +119,11 @@ void train(Model model, const Args& a, Mode mode, const std::string& model_name,
   auto x = torch::randn({a.batch, 1, 28, 28});
   auto y = torch::randint(10, {a.batch});
   std::unique_ptr<DistributedDataParallel<typename Model::ContainedType>> ddp;
-  if (mode == Mode::kDdp1 || mode == Mode::kDdp2) {
-    ddp = std::make_unique<DistributedDataParallel<typename Model::ContainedType>>(model, pg);
+  if (is_ddp(mode)) {
+    DistributedDataParallelOptions options;
+    options.gradient_as_bucket_view = mode == Mode::kDdp2View;
+    ddp = std::make_unique<DistributedDataParallel<typename Model::ContainedType>>(model, pg,
+                                                                                  options);
   }
   torch::optim::SGD opt(model->parameters(), 0.01);
   auto step = [&] {
@@ -294,6 +300,7 @@ const char* key_of(Mode m) {
     case Mode::kPlainPairRetain: return "pair-retain";
     case Mode::kDdp1: return "ddp1";
     case Mode::kDdp2: return "ddp2";
+    case Mode::kDdp2View: return "ddp2-view";
     case Mode::kManual2: return "manual";
     case Mode::kManual2Retain: return "manual-retain";
     case Mode::kPython2: return "python";
@@ -376,6 +383,8 @@ void report(const Args& a, const std::string& model, const std::vector<Mode>& mo
   line("dpx DDP 1 rank / plain, retained memory", Mode::kDdp1, Mode::kPlainRetain);
   line("dpx DDP 2 ranks / hand-written loop", Mode::kDdp2, Mode::kManual2);
   line("dpx DDP 2 ranks / hand-written loop, retained memory", Mode::kDdp2, Mode::kManual2Retain);
+  line("dpx DDP 2 ranks, gradient_as_bucket_view / hand-written loop, retained memory",
+       Mode::kDdp2View, Mode::kManual2Retain);
   line("dpx DDP 2 ranks / Python DDP", Mode::kDdp2, Mode::kPython2);
   line("dpx DDP 2 ranks / Python DDP, glibc keeping freed memory", Mode::kDdp2,
        Mode::kPython2Retain);
@@ -389,7 +398,8 @@ int run_ddp_bench(const std::vector<std::string>& argv) {
   char dir_template[] = "/tmp/dpx-bench-ddp-XXXXXX";
   const std::string dir = ::mkdtemp(dir_template);
   std::vector<Mode> modes = {Mode::kPlain, Mode::kPlainRetain, Mode::kPlainPair,
-                             Mode::kPlainPairRetain, Mode::kDdp1, Mode::kDdp2, Mode::kManual2,
+                             Mode::kPlainPairRetain, Mode::kDdp1, Mode::kDdp2, Mode::kDdp2View,
+                             Mode::kManual2,
                              Mode::kManual2Retain};
   if (a.python) {
     if (std::system("/usr/bin/python3 -c 'import torch.distributed' >/dev/null 2>&1") == 0) {
