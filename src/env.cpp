@@ -66,6 +66,9 @@ Env Env::read() {
                 "environment variable DPX_MALLOC must be retain or system, got '", *m, "'");
     e.malloc = *m == "retain" ? MemoryPolicy::kRetain : MemoryPolicy::kSystem;
   }
+  e.malloc_cache_mb = get_int("DPX_MALLOC_CACHE_MB");
+  TORCH_CHECK(!e.malloc_cache_mb || *e.malloc_cache_mb >= 0,
+              "environment variable DPX_MALLOC_CACHE_MB must be >= 0, got ", *e.malloc_cache_mb);
   e.agent_store = get("DPX_AGENT_STORE");
   e.heartbeat_key = get("DPX_HEARTBEAT_KEY");
   if (auto h = get("DPX_HEARTBEAT_TIMEOUT")) {

@@ -48,6 +48,9 @@ struct Env {
   // DPX_MALLOC: what the allocator does with freed memory, `retain` or `system`; unset means
   // retain (dpx::apply_memory_policy).
   std::optional<MemoryPolicy> malloc;
+  // DPX_MALLOC_CACHE_MB: most MiB of freed blocks the block cache keeps; unset: a quarter of the
+  // memory this process may use, shared among the host's LOCAL_WORLD_SIZE processes.
+  std::optional<int> malloc_cache_mb;
 
   // Reads the process environment now. Malformed values throw, naming the variable.
   static Env read();

@@ -3,6 +3,7 @@
 // named by DPX_MALLOC when they are constructed; other programs may apply one themselves.
 #pragma once
 
+#include <cstddef>
 #include <optional>
 
 namespace dpx {
@@ -17,5 +18,10 @@ enum class MemoryPolicy {
 // over DPX_MALLOC. Later calls change nothing: blocks already handed out by the cache must find
 // it when they are freed, so it cannot be taken out again.
 MemoryPolicy apply_memory_policy(std::optional<MemoryPolicy> policy = std::nullopt);
+
+// Gives every cached free block back to malloc (and so the largest ones to the kernel), e.g.
+// after an evaluation pass that used sizes training does not; returns the bytes released. 0 when
+// the cache is not in force.
+std::size_t release_cached_memory();
 
 }  // namespace dpx

@@ -4,6 +4,7 @@
 #include <c10/core/Allocator.h>
 
 #include <cstddef>
+#include <cstdint>
 #include <mutex>
 #include <unordered_map>
 #include <vector>
@@ -27,24 +28,33 @@ namespace dpx::detail {
 // until the small blocks around it are freed and merged. Measured with a 64 MiB tensor per step,
 // the heap grew by 7 such blocks before it settled. Per-thread arenas kept unmapping blocks above
 // 64 MiB as well.
-// The cache holds at most `limit` bytes of free blocks; a block freed beyond that goes back to
-// malloc. Tensors allocated before the cache was installed keep their own deleter.
+// The cache holds at most `limit` bytes of free blocks. A block freed beyond that first pushes
+// out blocks of the classes asked for least recently (sizes a past phase used, e.g. evaluation),
+// and goes back to malloc if that is not enough. Tensors allocated before the cache was installed
+// keep their own deleter.
 class CpuBlockCache final : public c10::Allocator {
  public:
   static constexpr std::size_t kMinBytes = 256 * 1024;
 
   // The process's cache, created on first use and never destroyed, since tensors may outlive
-  // static destructors.
+  // static destructors. Its limit: DPX_MALLOC_CACHE_MB, else default_limit().
   static CpuBlockCache& instance();
 
-  // Makes this cache LibTorch's CPU allocator.
-  void install();
+  // A quarter of the memory this process may use (physical memory, or the cgroup's limit if
+  // lower), shared among the LOCAL_WORLD_SIZE processes of this host.
+  static std::size_t default_limit();
+
+  // Makes this cache LibTorch's CPU allocator. False if an allocator registered with a higher
+  // priority keeps the place.
+  bool install();
 
   c10::DataPtr allocate(std::size_t n) const override;
   c10::DeleterFnPtr raw_deleter() const override { return &release; }
 
   std::size_t cached_bytes() const;
   std::size_t limit() const { return limit_; }
+  // Gives every cached block back to malloc; returns the bytes released.
+  std::size_t release_cached() const;
 
   // The size a request of n bytes is served with.
   static std::size_t size_class(std::size_t n);
@@ -52,12 +62,17 @@ class CpuBlockCache final : public c10::Allocator {
  private:
   explicit CpuBlockCache(std::size_t limit);
   static void release(void* ptr);
-  void give_back(void* ptr, std::size_t size);
+  void give_back(void* ptr, std::size_t size) const;
+  // Frees cached blocks of other classes, least recently asked for first, until `bytes` more fit
+  // under the limit. Needs mutex_.
+  bool make_room(std::size_t bytes, std::size_t keep_class) const;
 
   const std::size_t limit_;
   mutable std::mutex mutex_;
-  mutable std::unordered_map<void*, std::size_t> live_;  // cached-class block -> its size class
+  mutable std::unordered_map<void*, std::size_t> live_;  // handed-out block -> its size class
   mutable std::unordered_map<std::size_t, std::vector<void*>> free_;
+  mutable std::unordered_map<std::size_t, std::uint64_t> last_asked_;  // class -> request clock
+  mutable std::uint64_t clock_ = 0;
   mutable std::size_t cached_ = 0;
 };
 

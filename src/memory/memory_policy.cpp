@@ -1,21 +1,37 @@
 #include "dpx/memory_policy.h"
 
+#include <c10/util/Exception.h>
+
 #include <mutex>
 
 #include "dpx/env.h"
 #include "memory/cpu_block_cache.h"
 
 namespace dpx {
+namespace {
+
+std::mutex mutex;
+std::optional<MemoryPolicy> applied;
+
+}  // namespace
 
 MemoryPolicy apply_memory_policy(std::optional<MemoryPolicy> policy) {
-  static std::mutex mutex;
-  static std::optional<MemoryPolicy> applied;
   std::lock_guard<std::mutex> lock(mutex);
   if (applied) return *applied;
-  const MemoryPolicy p = policy ? *policy : Env::read().malloc.value_or(MemoryPolicy::kRetain);
-  if (p == MemoryPolicy::kRetain) detail::CpuBlockCache::instance().install();
+  MemoryPolicy p = policy ? *policy : Env::read().malloc.value_or(MemoryPolicy::kRetain);
+  if (p == MemoryPolicy::kRetain && !detail::CpuBlockCache::instance().install()) {
+    TORCH_WARN("dpx: another CPU allocator was registered with a higher priority, so freed "
+               "tensor blocks are not cached (DPX_MALLOC=retain has no effect)");
+    p = MemoryPolicy::kSystem;
+  }
   applied = p;
   return p;
+}
+
+std::size_t release_cached_memory() {
+  std::lock_guard<std::mutex> lock(mutex);
+  if (applied != MemoryPolicy::kRetain) return 0;
+  return detail::CpuBlockCache::instance().release_cached();
 }
 
 }  // namespace dpx

@@ -1,12 +1,16 @@
-// The memory policy (Note [CPU block cache]): each test runs in a fresh child process,
-// because the policy is process-wide and sticks from the first call.
+// The memory policy and the CPU block cache (Note [CPU block cache]). Each test runs in a child of
+// a process that never applied a policy, because the policy is process-wide and sticks from the
+// first call.
 #include <malloc.h>
 #include <stdlib.h>
 #include <sys/resource.h>
+#include <unistd.h>
 
+#include <c10/core/CPUAllocator.h>
 #include <torch/torch.h>
 
 #include <thread>
+#include <vector>
 
 #include "dpx/dpx.h"
 #include "dpx/parallel/data_parallel.h"
@@ -62,6 +66,10 @@ void run_in_child(const std::function<void()>& fn) {
   test::expect_all_ok(test::run_processes(1, [&](int) { fn(); }));
 }
 
+detail::CpuBlockCache& cache() { return detail::CpuBlockCache::instance(); }
+
+constexpr std::size_t kMiB = 1 << 20;
+
 TEST(MemoryPolicy, RetainIsTheDefaultAndKeepsFreedBlocksForTheNextStep) {
   run_in_child([] {
     ::unsetenv("DPX_MALLOC");
@@ -69,19 +77,92 @@ TEST(MemoryPolicy, RetainIsTheDefaultAndKeepsFreedBlocksForTheNextStep) {
     const Mapped m = mapped_around_free();
     EXPECT_GE(m.during, static_cast<std::size_t>(kFloats * 4));
     EXPECT_EQ(m.after, m.during);  // still mapped, in the cache
-    EXPECT_EQ(detail::CpuBlockCache::instance().cached_bytes(), static_cast<std::size_t>(kFloats * 4));
+    EXPECT_EQ(cache().cached_bytes(), 64 * kMiB);
     EXPECT_LT(faults_of_warm_step(kFloats), kPages / 10);
+  });
+}
+
+TEST(MemoryPolicy, AFreedBlockIsHandedOutAgainForTheSameSizeClass) {
+  run_in_child([] {
+    apply_memory_policy(MemoryPolicy::kRetain);
+    void* first = torch::empty({kFloats}).data_ptr();  // freed at the end of the statement
+    auto again = torch::empty({kFloats - 1000});        // same class
+    EXPECT_EQ(again.data_ptr(), first);
+    auto other = torch::empty({kFloats});  // the one cached block is taken: a new one
+    EXPECT_NE(other.data_ptr(), first);
+    EXPECT_EQ(cache().cached_bytes(), 0u);
   });
 }
 
 TEST(MemoryPolicy, RetainServesOtherThreadsToo) {
   run_in_child([] {
-    ::unsetenv("DPX_MALLOC");
-    apply_memory_policy();
+    apply_memory_policy(MemoryPolicy::kRetain);
     long faults = -1;
     std::thread([&] { faults = faults_of_warm_step(kFloats); }).join();
+    EXPECT_EQ(cache().cached_bytes(), 64 * kMiB);
     EXPECT_GE(faults, 0);
     EXPECT_LT(faults, kPages / 10);
+  });
+}
+
+TEST(MemoryPolicy, AFullCachePushesOutTheClassAskedForLeastRecently) {
+  run_in_child([] {
+    ::setenv("DPX_MALLOC_CACHE_MB", "100", 1);
+    apply_memory_policy(MemoryPolicy::kRetain);
+    EXPECT_EQ(cache().limit(), 100 * kMiB);
+    torch::empty({kFloats});  // 64 MiB, cached
+    torch::empty({12 << 20});  // 48 MiB: 112 MiB would exceed 100, so the 64 MiB block goes
+    EXPECT_EQ(cache().cached_bytes(), 48 * kMiB);
+    torch::empty({40 << 20});  // 160 MiB: more than the whole cache, straight back to malloc
+    EXPECT_EQ(cache().cached_bytes(), 48 * kMiB);
+    EXPECT_EQ(release_cached_memory(), 48 * kMiB);
+    EXPECT_EQ(cache().cached_bytes(), 0u);
+  });
+}
+
+TEST(MemoryPolicy, RawAllocationsRoundTrip) {
+  run_in_child([] {
+    apply_memory_policy(MemoryPolicy::kRetain);
+    c10::Allocator* allocator = c10::GetCPUAllocator();
+    EXPECT_EQ(allocator, &cache());
+    for (std::size_t n : {std::size_t{0}, std::size_t{100}, 300 * std::size_t{1024}, 8 * kMiB}) {
+      void* p = allocator->raw_allocate(n);
+      EXPECT_EQ(reinterpret_cast<std::uintptr_t>(p) % 64, 0u) << n;
+      allocator->raw_deallocate(p);
+    }
+    EXPECT_EQ(cache().cached_bytes(), detail::CpuBlockCache::size_class(300 * 1024) + 8 * kMiB);
+  });
+}
+
+TEST(MemoryPolicy, ThreadsAllocatingAndFreeingAtOnceStayWithinTheLimit) {
+  run_in_child([] {
+    ::setenv("DPX_MALLOC_CACHE_MB", "24", 1);
+    apply_memory_policy(MemoryPolicy::kRetain);
+    std::vector<std::thread> threads;
+    for (int t = 0; t < 4; ++t) {
+      threads.emplace_back([t] {
+        for (int i = 0; i < 200; ++i) {
+          auto a = torch::full({(1 + (i + t) % 5) << 17}, static_cast<float>(i));  // 0.5-2.5 MiB
+          auto b = torch::empty({(1 + i % 3) << 18});
+          ASSERT_EQ(a[0].item<float>(), static_cast<float>(i));
+        }
+      });
+    }
+    for (auto& t : threads) t.join();
+    EXPECT_LE(cache().cached_bytes(), 24 * kMiB);
+    EXPECT_GT(cache().cached_bytes(), 0u);
+  });
+}
+
+TEST(MemoryPolicy, TheDefaultLimitIsSharedAmongTheHostsProcesses) {
+  run_in_child([] {
+    ::unsetenv("LOCAL_WORLD_SIZE");
+    const std::size_t one = detail::CpuBlockCache::default_limit();
+    ::setenv("LOCAL_WORLD_SIZE", "4", 1);
+    EXPECT_EQ(detail::CpuBlockCache::default_limit(), one / 4);
+    const long pages = ::sysconf(_SC_PHYS_PAGES), page = ::sysconf(_SC_PAGESIZE);
+    EXPECT_LE(one, static_cast<std::size_t>(pages) * page / 4);
+    EXPECT_GT(one, 0u);
   });
 }
 
@@ -89,9 +170,11 @@ TEST(MemoryPolicy, SystemLeavesFreedBlocksToGoBackToTheKernel) {
   run_in_child([] {
     ::setenv("DPX_MALLOC", "system", 1);
     EXPECT_EQ(apply_memory_policy(), MemoryPolicy::kSystem);
+    EXPECT_NE(c10::GetCPUAllocator(), &cache());
     const Mapped m = mapped_around_free();
     EXPECT_GE(m.during, static_cast<std::size_t>(kFloats * 4));
     EXPECT_EQ(m.after, 0u);
+    EXPECT_EQ(release_cached_memory(), 0u);
   });
 }
 
@@ -115,6 +198,19 @@ TEST(MemoryPolicy, TheFirstCallDecides) {
     EXPECT_EQ(apply_memory_policy(MemoryPolicy::kSystem), MemoryPolicy::kSystem);
     EXPECT_EQ(apply_memory_policy(MemoryPolicy::kRetain), MemoryPolicy::kSystem);
     EXPECT_EQ(apply_memory_policy(), MemoryPolicy::kSystem);
+  });
+}
+
+TEST(MemoryPolicy, BadCacheSizeIsAnErrorNamingTheVariable) {
+  run_in_child([] {
+    ::setenv("DPX_MALLOC_CACHE_MB", "-1", 1);
+    try {
+      Env::read();
+      ADD_FAILURE() << "no error";
+    } catch (const c10::Error& e) {
+      EXPECT_THAT(e.what_without_backtrace(),
+                  ::testing::HasSubstr("environment variable DPX_MALLOC_CACHE_MB must be >= 0"));
+    }
   });
 }
 
