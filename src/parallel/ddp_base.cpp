@@ -34,6 +34,8 @@ DdpBase::DdpBase(std::shared_ptr<torch::nn::Module> module, std::shared_ptr<Proc
   TORCH_CHECK(pg_, "DistributedDataParallel: the process group is null");
   TORCH_CHECK(options_.bucket_cap_mb > 0, pg_->where(), "bucket_cap_mb must be positive, got ",
               options_.bucket_cap_mb);
+  TORCH_CHECK(options_.first_bucket_cap_mb > 0, pg_->where(),
+              "first_bucket_cap_mb must be positive, got ", options_.first_bucket_cap_mb);
   std::vector<at::Tensor> params;
   std::vector<std::string> names;
   reduced_parameters(*base_module_, params, names);
@@ -50,7 +52,7 @@ DdpBase::DdpBase(std::shared_ptr<torch::nn::Module> module, std::shared_ptr<Proc
 
   detail::ReducerOptions ro;
   ro.bucket_bytes = static_cast<std::size_t>(options_.bucket_cap_mb * 1024 * 1024);
-  ro.first_bucket_bytes = kDefaultFirstBucketBytes;  // as PyTorch, whatever bucket_cap_mb is
+  ro.first_bucket_bytes = static_cast<std::size_t>(options_.first_bucket_cap_mb * 1024 * 1024);
   ro.find_unused_parameters = options_.find_unused_parameters;
   ro.gradient_as_bucket_view = options_.gradient_as_bucket_view;
   ro.static_graph = options_.static_graph;

@@ -29,6 +29,7 @@ std::vector<Case> option_cases() {
   cases.push_back({"bucket_view", view});
   DistributedDataParallelOptions tiny;
   tiny.bucket_cap_mb = 0.0005;  // ~500 bytes: nearly one bucket per parameter
+  tiny.first_bucket_cap_mb = 0.0005;
   cases.push_back({"tiny_buckets", tiny});
   tiny.gradient_as_bucket_view = true;
   cases.push_back({"tiny_buckets_bucket_view", tiny});
@@ -88,6 +89,8 @@ TEST_P(Equivalence, Mlp) {
     test::expect_params_close(detached(net), detached(ref));
     EXPECT_EQ(ddp.stats().iterations, kSteps);
     EXPECT_TRUE(ddp.stats().buckets_rebuilt);
+    // With caps of 524 bytes, each of the Mlp's 3 layers fills a bucket (bias, then weight).
+    EXPECT_EQ(ddp.stats().bucket_sizes_bytes.size(), options.bucket_cap_mb < 0.001 ? 3u : 1u);
   }));
 }
 

@@ -80,13 +80,22 @@ void PrintTo(const HookCase& c, std::ostream* os) { *os << c.name; }
 
 class CommHooks : public ::testing::TestWithParam<HookCase> {};
 
+// With one bucket and with one per layer, so that the results of several hooked buckets are
+// written back one by one while later buckets are still pending.
 TEST_P(CommHooks, GradientsWithinPrecision) {
   const auto hc = GetParam();
+  for (double cap : {25.0, 0.0005}) {
+  SCOPED_TRACE("bucket caps " + std::to_string(cap) + " MiB");
   on_two_ranks([&](int rank, auto pg) {
     auto batches = test::make_batches(2, kWorld, kPerRank, {16});
     torch::manual_seed(5);
     test::Mlp net;
-    DistributedDataParallel ddp(net, pg);
+    DistributedDataParallelOptions options;
+    options.bucket_cap_mb = options.first_bucket_cap_mb = cap;
+    DistributedDataParallel ddp(net, pg, options);
+    // Tiny caps: 4 buckets in registration order, 3 after the rebuild in gradient order.
+    const auto first_layout = ddp.stats().bucket_sizes_bytes.size();
+    EXPECT_EQ(first_layout, cap < 1 ? 4u : 1u);
     int calls = 0;
     ddp.register_comm_hook({}, [&](std::any& state, GradBucket& bucket) {
       ++calls;
@@ -99,8 +108,11 @@ TEST_P(CommHooks, GradientsWithinPrecision) {
       torch::nn::functional::cross_entropy(ddp->forward(b.x), b.y).backward();
       test::expect_params_close(grads_of(net), reference_grads({batches[s]}), 1e-5, hc.atol);
     }
-    EXPECT_GE(calls, 2);
+    const auto rebuilt_layout = ddp.stats().bucket_sizes_bytes.size();
+    EXPECT_EQ(rebuilt_layout, cap < 1 ? 3u : 1u);
+    EXPECT_EQ(calls, static_cast<int>(first_layout + rebuilt_layout));  // once per bucket
   });
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(

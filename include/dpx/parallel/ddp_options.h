@@ -6,8 +6,11 @@ namespace dpx {
 struct DistributedDataParallelOptions {
   // Broadcast rank 0's buffers (e.g. BatchNorm running statistics) at every training forward.
   bool broadcast_buffers = true;
-  // Cap of every bucket but the first (which is 1 MiB), in MiB of 1024 * 1024 bytes.
+  // Cap of every bucket but the first, in MiB of 1024 * 1024 bytes.
   double bucket_cap_mb = 25;
+  // Cap of the first bucket, small so that the first all-reduce starts early. A dpx extension:
+  // PyTorch fixes it at 1 MiB (dist._DEFAULT_FIRST_BUCKET_BYTES).
+  double first_bucket_cap_mb = 1;
   // Find the parameters a forward did not reach and reduce them as zero gradients, so a model
   // whose graph changes between iterations does not stall the reduction.
   bool find_unused_parameters = false;
