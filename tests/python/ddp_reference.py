@@ -9,9 +9,9 @@ Exchange format (readable by both sides, no pickle): raw little-endian arrays pl
 Writes python_final.bin: the parameters after S steps, float32, same order.
 Usage: ddp_reference.py DIR
 """
+import datetime
 import json
 import os
-import socket
 import sys
 
 import torch
@@ -41,11 +41,17 @@ def read(path, dtype):
         return torch.frombuffer(bytearray(f.read()), dtype=dtype)
 
 
-def worker(rank, world, port, folder):
-    os.environ["MASTER_ADDR"] = "127.0.0.1"
-    os.environ["MASTER_PORT"] = str(port)
+def say(rank, what):
+    print("rank %d: %s" % (rank, what), flush=True)  # where a stalled run stopped, in its log
+
+
+def worker(rank, world, folder):
     torch.set_num_threads(1)
-    dist.init_process_group("gloo", rank=rank, world_size=world)
+    # A file store: no port to pick and lose to a concurrent test between choosing and binding.
+    store = "file://" + os.path.join(folder, "store")
+    dist.init_process_group("gloo", init_method=store, rank=rank, world_size=world,
+                            timeout=datetime.timedelta(seconds=60))
+    say(rank, "group ready")
     meta = json.load(open(os.path.join(folder, "meta.json")))
     model = Cnn()
     flat = read(os.path.join(folder, "init.bin"), torch.float32)
@@ -69,6 +75,7 @@ def worker(rank, world, port, folder):
         opt.zero_grad()
         F.cross_entropy(ddp(xs), ys).backward()
         opt.step()
+        say(rank, "step %d done" % s)
     if rank == 0:
         out = torch.cat([named[name].detach().reshape(-1) for name, _ in meta["params"]])
         with open(os.path.join(folder, "python_final.bin"), "wb") as f:
@@ -80,10 +87,7 @@ def worker(rank, world, port, folder):
 def main():
     folder = sys.argv[1]
     meta = json.load(open(os.path.join(folder, "meta.json")))
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    mp.spawn(worker, args=(meta["world"], port, folder), nprocs=meta["world"], join=True)
+    mp.spawn(worker, args=(meta["world"], folder), nprocs=meta["world"], join=True)
 
 
 if __name__ == "__main__":
