@@ -75,7 +75,7 @@ TEST(Faults, RankKilledDuringCollectiveRaisesTypedError) {
   }, {std::chrono::seconds(30)});
   EXPECT_EQ(results[2].signal, SIGKILL);
   for (int r : {0, 1}) {
-    EXPECT_TRUE(results[r].ok()) << results[r].output;
+    EXPECT_TRUE(results[r].ok()) << "exit " << results[r].exit_code << " signal " << results[r].signal << ": " << results[r].output;
     EXPECT_NE(results[r].output.find("[rank " + std::to_string(r) + "/3 "), std::string::npos)
         << results[r].output;
   }
