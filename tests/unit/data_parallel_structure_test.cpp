@@ -38,6 +38,7 @@ struct NestedNetImpl : torch::nn::Cloneable<NestedNetImpl> {
 TORCH_MODULE(NestedNet);
 
 TEST(DataParallelStructure, NestedInputsAndOutputsKeepTheirShape) {
+  torch::manual_seed(3);
   NestedNet net;
   dpx::DataParallel dp(net, cpus(2));
   auto a = torch::randn({6, 3});
@@ -58,7 +59,10 @@ TEST(DataParallelStructure, NestedInputsAndOutputsKeepTheirShape) {
 
   // The gradient reaches the parameter through the nested outputs.
   (s.sum() + list[1].sum()).backward();
-  EXPECT_TRUE(torch::allclose(net->scale.grad(), 2 * a.sum(0)));
+  // Summed per replica, then over replicas: rounding differs from the whole-batch sum (an
+  // element near 0.009 once missed allclose's default atol of 1e-8 by that).
+  EXPECT_TRUE(torch::allclose(net->scale.grad(), 2 * a.sum(0), 1e-5, 1e-6))
+      << net->scale.grad() << " vs " << 2 * a.sum(0);
 }
 
 TEST(DataParallelStructure, SmallBatchRunsFewerReplicas) {
@@ -192,7 +196,8 @@ TEST(DataParallelStructure, ReplicasFollowTheModulesTensors) {
     net->weight.mul_(2);
     net->bias.set_data(torch::ones({2}));
   }
-  EXPECT_TRUE(torch::allclose(dp(x), net->forward(x)));
+  // Products of different batch sizes may round differently: a float tolerance, not 1e-8.
+  EXPECT_TRUE(torch::allclose(dp(x), net->forward(x), 1e-5, 1e-6));
 }
 
 // Records the intra-op thread count each replica's thread sees.

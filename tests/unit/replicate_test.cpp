@@ -97,7 +97,8 @@ TEST(ParallelApply, RunsEachReplicaOnItsInput) {
   std::vector<torch::Tensor> inputs = x.chunk(3);
   auto outputs = dpx::parallel_apply(replicas, inputs);
   ASSERT_EQ(outputs.size(), 3u);
-  EXPECT_TRUE(torch::allclose(torch::cat(outputs), net->forward(x)));
+  // Products of different batch sizes may round differently: a float tolerance, not 1e-8.
+  EXPECT_TRUE(torch::allclose(torch::cat(outputs), net->forward(x), 1e-5, 1e-6));
 
   // The IValue form, composed with scatter and gather as DataParallel's steps.
   auto pieces = dpx::scatter(x, cpus(3));
@@ -107,7 +108,7 @@ TEST(ParallelApply, RunsEachReplicaOnItsInput) {
         return dynamic_cast<torch::nn::LinearImpl&>(m).forward(in.toTensor());
       });
   auto gathered = dpx::gather(results, torch::kCPU).toTensor();
-  EXPECT_TRUE(torch::allclose(gathered, net->forward(x)));
+  EXPECT_TRUE(torch::allclose(gathered, net->forward(x), 1e-5, 1e-6));
   gathered.sum().backward();
   EXPECT_TRUE(torch::allclose(net->bias.grad(), torch::full({2}, 6.0)));
 }
