@@ -87,18 +87,19 @@ c10::DataPtr CpuBlockCache::allocate(std::size_t n) const {
     return {p, p, &release, cpu};
   }
   const std::size_t size = size_class(n);
-  void* p = nullptr;
   {
     std::lock_guard<std::mutex> lock(mutex_);
     last_asked_[size] = ++clock_;
     auto it = free_.find(size);
     if (it != free_.end() && !it->second.empty()) {
-      p = it->second.back();
+      void* p = it->second.back();
       it->second.pop_back();
       cached_ -= size;
+      live_[p] = size;
+      return {p, p, &release, cpu};
     }
   }
-  if (p == nullptr) p = aligned_alloc_or_null(size);
+  void* p = aligned_alloc_or_null(size);  // outside the lock: the kernel may take its time
   if (p == nullptr && release_cached() > 0) p = aligned_alloc_or_null(size);
   TORCH_CHECK(p, "DefaultCPUAllocator: not enough memory: you tried to allocate ", n, " bytes.");
   {
@@ -116,29 +117,18 @@ void CpuBlockCache::release(void* ptr) {
     return;
   }
   const CpuBlockCache& self = instance();
-  std::size_t size = 0;
   {
     std::lock_guard<std::mutex> lock(self.mutex_);
     auto it = self.live_.find(ptr);
+    // Not found: a block below kMinBytes that malloc rounded up.
     if (it != self.live_.end()) {
-      size = it->second;
+      const std::size_t size = it->second;
       self.live_.erase(it);
-    }
-  }
-  if (size == 0) {
-    std::free(ptr);  // a block below kMinBytes that malloc rounded up
-    return;
-  }
-  self.give_back(ptr, size);
-}
-
-void CpuBlockCache::give_back(void* ptr, std::size_t size) const {
-  {
-    std::lock_guard<std::mutex> lock(mutex_);
-    if (make_room(size, size)) {
-      free_[size].push_back(ptr);
-      cached_ += size;
-      return;
+      if (self.make_room(size, size)) {
+        self.free_[size].push_back(ptr);
+        self.cached_ += size;
+        return;
+      }
     }
   }
   std::free(ptr);

@@ -62,7 +62,6 @@ class CpuBlockCache final : public c10::Allocator {
  private:
   explicit CpuBlockCache(std::size_t limit);
   static void release(void* ptr);
-  void give_back(void* ptr, std::size_t size) const;
   // Frees cached blocks of other classes, least recently asked for first, until `bytes` more fit
   // under the limit. Needs mutex_.
   bool make_room(std::size_t bytes, std::size_t keep_class) const;
