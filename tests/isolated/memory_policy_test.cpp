@@ -62,9 +62,7 @@ Mapped mapped_around_free() {
   return m;
 }
 
-void run_in_child(const std::function<void()>& fn) {
-  test::expect_all_ok(test::run_processes(1, [&](int) { fn(); }));
-}
+using test::run_in_child;
 
 detail::CpuBlockCache& cache() { return detail::CpuBlockCache::instance(); }
 

@@ -10,9 +10,7 @@
 namespace dpx {
 namespace {
 
-void run_in_child(const std::function<void()>& fn) {
-  test::expect_all_ok(test::run_processes(1, [&](int) { fn(); }));
-}
+using test::run_in_child;
 
 void (*sigpipe_handler())(int) {
   struct sigaction current {};

@@ -147,6 +147,10 @@ void expect_all_ok(const std::vector<ProcResult>& results) {
   }
 }
 
+void run_in_child(const std::function<void()>& fn) {
+  expect_all_ok(run_processes(1, [&](int) { fn(); }));
+}
+
 StoreServer::StoreServer(std::chrono::milliseconds timeout) {
   TcpStoreOptions o;
   o.is_server = true;

@@ -45,6 +45,9 @@ std::string read_file(const std::string& path);
 // Asserts that every rank succeeded, printing the outputs of those that did not.
 void expect_all_ok(const std::vector<ProcResult>& results);
 
+// Runs fn in one forked child and asserts that it succeeded: for tests of process-wide settings.
+void run_in_child(const std::function<void()>& fn);
+
 // A TCP store server on a free port (port 0), hosted by the test process; ranks connect
 // to it with client(). Fork-safe: children only ever open new client connections.
 class StoreServer {
