@@ -8,10 +8,9 @@
 #include <cstdint>
 #include <vector>
 
-namespace dpx {
+#include "dpx/parallel/ddp_options.h"  // kDefaultFirstBucketBytes
 
-// PyTorch's default cap of the first bucket (1 MiB): small, so the first all-reduce starts early.
-constexpr std::size_t kDefaultFirstBucketBytes = 1024 * 1024;
+namespace dpx {
 
 struct BucketAssignment {
   std::vector<std::vector<std::size_t>> buckets;  // tensor indices per bucket

@@ -1,7 +1,12 @@
 // Options of DistributedDataParallel and join(), with PyTorch 1.13's defaults.
 #pragma once
 
+#include <cstddef>
+
 namespace dpx {
+
+// PyTorch's default cap of the first bucket (1 MiB): small, so the first all-reduce starts early.
+constexpr std::size_t kDefaultFirstBucketBytes = 1024 * 1024;
 
 struct DistributedDataParallelOptions {
   // Broadcast rank 0's buffers (e.g. BatchNorm running statistics) at every training forward.
@@ -10,7 +15,7 @@ struct DistributedDataParallelOptions {
   double bucket_cap_mb = 25;
   // Cap of the first bucket, small so that the first all-reduce starts early. A dpx extension:
   // PyTorch fixes it at 1 MiB (dist._DEFAULT_FIRST_BUCKET_BYTES).
-  double first_bucket_cap_mb = 1;
+  double first_bucket_cap_mb = kDefaultFirstBucketBytes / (1024.0 * 1024.0);
   // Find the parameters a forward did not reach and reduce them as zero gradients, so a model
   // whose graph changes between iterations does not stall the reduction.
   bool find_unused_parameters = false;
