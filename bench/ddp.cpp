@@ -89,17 +89,17 @@ struct Sample {
   double comm_ms = NAN, exposed_ms = NAN;
 };
 
-long minor_faults() {
-  rusage r{};
-  ::getrusage(RUSAGE_SELF, &r);
-  return r.ru_minflt;
-}
+// This process's user + system CPU seconds (all threads) and minor page faults so far.
+struct Usage {
+  double cpu_seconds;
+  long minor_faults;
+};
 
-double cpu_seconds() {
+Usage usage() {
   rusage r{};
   ::getrusage(RUSAGE_SELF, &r);
   auto s = [](const timeval& t) { return t.tv_sec + t.tv_usec / 1e6; };
-  return s(r.ru_utime) + s(r.ru_stime);
+  return {s(r.ru_utime) + s(r.ru_stime), r.ru_minflt};
 }
 
 // One training process. Writes "<seconds> <cpu seconds> <minor faults> <comm ms> <exposed ms>"
@@ -142,13 +142,13 @@ void train(Model model, const Args& a, Mode mode, const std::string& model_name,
   if (pg) pg->barrier()->wait();
   const int steps = model_name == "cnn" ? a.cnn_steps : a.mlp_steps;
   const auto stats0 = ddp ? ddp->stats() : DdpStats{};
-  const double c0 = cpu_seconds();
-  const long f0 = minor_faults();
+  const Usage u0 = usage();
   const auto t0 = std::chrono::steady_clock::now();
   for (int i = 0; i < steps; ++i) step();
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  const double cpu = cpu_seconds() - c0;
-  const long faults = minor_faults() - f0;
+  const Usage u1 = usage();
+  const double cpu = u1.cpu_seconds - u0.cpu_seconds;
+  const long faults = u1.minor_faults - u0.minor_faults;
   double comm = NAN, exposed = NAN;
   if (ddp) {  // averages over the timed steps only
     const auto s1 = ddp->stats();
