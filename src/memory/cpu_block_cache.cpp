@@ -76,7 +76,7 @@ std::size_t CpuBlockCache::size_class(std::size_t n) {
   return (n + step - 1) / step * step;
 }
 
-c10::DataPtr CpuBlockCache::allocate(std::size_t n) const {
+c10::DataPtr CpuBlockCache::allocate_block(std::size_t n) const {
   const c10::Device cpu(c10::DeviceType::CPU);
   TORCH_CHECK(n <= static_cast<std::size_t>(PTRDIFF_MAX), "DefaultCPUAllocator: can't allocate ",
               n, " bytes: more than any process can address.");

@@ -1,13 +1,13 @@
 // LibTorch's CPU allocator with a cache of freed large blocks (Note [CPU block cache]).
 #pragma once
 
-#include <c10/core/Allocator.h>
-
 #include <cstddef>
 #include <cstdint>
 #include <mutex>
 #include <unordered_map>
 #include <vector>
+
+#include "compat/allocator.h"
 
 namespace dpx::detail {
 
@@ -32,7 +32,7 @@ namespace dpx::detail {
 // out blocks of the classes asked for least recently (sizes a past phase used, e.g. evaluation),
 // and goes back to malloc if that is not enough. Tensors allocated before the cache was installed
 // keep their own deleter.
-class CpuBlockCache final : public c10::Allocator {
+class CpuBlockCache final : public compat::Allocator {
  public:
   static constexpr std::size_t kMinBytes = 256 * 1024;
 
@@ -48,7 +48,7 @@ class CpuBlockCache final : public c10::Allocator {
   // priority keeps the place.
   bool install();
 
-  c10::DataPtr allocate(std::size_t n) const override;
+  c10::DataPtr allocate_block(std::size_t n) const override;
   c10::DeleterFnPtr raw_deleter() const override { return &release; }
 
   std::size_t cached_bytes() const;

@@ -2,6 +2,7 @@
 
 #include <torch/csrc/autograd/function.h>
 
+#include "compat/autograd.h"
 #include "dpx/parallel/scatter_gather.h"
 #include "parallel/parallel_apply_threads.h"
 
@@ -162,7 +163,7 @@ void attach_parallel_backward(const std::shared_ptr<ReplicaThreads>& threads, Re
       edges.push_back(torch::autograd::impl::gradient_edge(t));
     }
   }
-  auto node = std::make_shared<DataParallelBackward>(threads, std::move(run), std::move(edges));
+  auto node = compat::make_node<DataParallelBackward>(threads, std::move(run), std::move(edges));
   for (auto& slot : slots) {
     at::Tensor target = targets[slot.k];
     torch::autograd::create_gradient_edge(target, node);

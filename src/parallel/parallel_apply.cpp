@@ -38,7 +38,9 @@ thread_local const detail::ReplicaThreads* current_threads = nullptr;
 }  // namespace
 
 ReplicaError::ReplicaError(int64_t replica, torch::Device device, std::exception_ptr original)
-    : c10::Error(replica_message(replica, device, original), /*backtrace=*/""),
+    // No backtrace: `{}` is an empty one both where it is a string (LibTorch 1.13) and where it
+    // is a lazily computed value (2.x).
+    : c10::Error(replica_message(replica, device, original), /*backtrace=*/{}),
       replica_(replica),
       device_(device),
       original_(std::move(original)) {}

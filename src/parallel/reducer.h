@@ -23,6 +23,7 @@
 #include <string>
 #include <vector>
 
+#include "compat/autograd.h"
 #include "dpx/comm/process_group.h"
 #include "dpx/env.h"
 #include "dpx/parallel/comm_hooks.h"
@@ -105,7 +106,7 @@ class Reducer {
   std::vector<std::string> names_;
   std::shared_ptr<ProcessGroup> pg_;
   ReducerOptions options_;
-  std::vector<std::shared_ptr<torch::autograd::Node>> accumulators_;  // keep the hooks alive
+  std::vector<compat::NodePtr> accumulators_;  // keep the hooks alive
   std::vector<std::uintptr_t> hook_keys_;
 
   std::vector<Bucket> buckets_;

@@ -3,6 +3,7 @@
 #include <ATen/CPUGeneratorImpl.h>
 #include <torch/csrc/autograd/function.h>
 
+#include "compat/autograd.h"
 #include "parallel/replicate_detail.h"
 
 namespace dpx {
@@ -69,7 +70,7 @@ void link_parameter(at::Tensor& replica, const at::Tensor& original, torch::Devi
   }
   replica.set_requires_grad(link == ParamLink::kLeaf && original.requires_grad());
   if (differentiable) {
-    auto node = std::make_shared<ReplicateBackward>(torch::autograd::impl::gradient_edge(source));
+    auto node = compat::make_node<ReplicateBackward>(torch::autograd::impl::gradient_edge(source));
     torch::autograd::create_gradient_edge(replica, std::move(node));
   }
 }

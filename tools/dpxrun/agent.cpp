@@ -13,6 +13,7 @@
 #include <filesystem>
 #include <set>
 
+#include "compat/torch_version.h"
 #include "dpx/comm/errors.h"
 #include "net.h"
 
@@ -146,6 +147,9 @@ std::vector<std::string> Agent::worker_env(const RoundInfo& r, int local_rank) c
   put("TORCHELASTIC_USE_AGENT_STORE", config_.is_static() ? "True" : "False");
   put("TORCHELASTIC_ERROR_FILE", run_log_dir_ + "/attempt_" + std::to_string(r.restart_count) +
                                      "/" + std::to_string(local_rank) + "/error.json");
+  for (const auto& [k, v] : dpx::compat::torchrun_defaults()) {
+    if (std::getenv(k.c_str()) == nullptr) put(k, v);
+  }
   if (config_.heartbeat_timeout > 0) {
     put("DPX_AGENT_STORE", rdzv_->store_address());
     put("DPX_HEARTBEAT_KEY",
