@@ -1,10 +1,27 @@
 #!/usr/bin/env bash
-# Configures and builds dpx into build/ (Ninja, Release, ccache).
+# Configures and builds dpx (Ninja, Release, ccache) against one LibTorch:
+#   scripts/build.sh          the newest installed (PyTorch 2.15 in .venv, else Debian's 1.13), in build/
+#   scripts/build.sh 1.13     Debian's LibTorch 1.13, in build-1.13/ (build/ when it is the only one)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
+source scripts/torch.sh
+version="${1:-$(torch_versions | head -n1)}"
+[ -n "$version" ] || { echo "build: no LibTorch found (scripts/setup.sh installs one)" >&2; exit 1; }
+dir="$(torch_dir "$version")"
+[ -n "$dir" ] || { echo "build: LibTorch $version is not installed (scripts/setup.sh)" >&2; exit 1; }
+out="$(build_dir "$version")"
 export CCACHE_DIR="${CCACHE_DIR:-$HOME/.cache/dpx-ccache}" CCACHE_BASEDIR="$PWD" CCACHE_SLOPPINESS=pch_defines,time_macros,include_file_mtime,include_file_ctime
-if [ ! -f build/build.ninja ]; then
-  cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release >/dev/null
+# A build folder configured for another LibTorch starts afresh.
+if [ -f "$out/CMakeCache.txt" ] && ! grep -qx "Torch_DIR:[A-Z]*=$dir" "$out/CMakeCache.txt"; then
+  echo "build: $out/ was configured for another LibTorch; configuring it again for $version"
+  rm -rf "$out"
 fi
-cmake --build build -j "$(nproc)"
+if [ ! -f "$out/build.ninja" ]; then
+  log="$(mktemp)"
+  cmake -S . -B "$out" -G Ninja -DCMAKE_BUILD_TYPE=Release -DTorch_DIR="$dir" >"$log" 2>&1 ||
+    { cat "$log" >&2; rm -f "$log"; exit 1; }
+  mv "$log" "$out/configure.log"
+fi
+echo "build: LibTorch $version in $out/"
+cmake --build "$out" -j "$(nproc)"

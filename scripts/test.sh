@@ -1,7 +1,21 @@
 #!/usr/bin/env bash
-# The whole test suite: setup, build, then every CTest tier (unit, multirank, multiproc, scripts).
+# The whole test suite, against every LibTorch installed (PyTorch 2.15 from PyPI in build/,
+# Debian's 1.13 in build-1.13/): setup, build, then every CTest tier. Arguments go to CTest, e.g.
+#   scripts/test.sh -L unit        DPX_TORCH=1.13 scripts/test.sh -R Launcher
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bash scripts/build.sh
-cd build
-ctest --output-on-failure -j "$(nproc)" "$@"
+bash scripts/setup.sh
+source scripts/torch.sh
+mapfile -t versions < <(torch_versions)
+((${#versions[@]} > 0)) || { echo "test: no LibTorch found (scripts/setup.sh installs one)" >&2; exit 1; }
+failed=()
+for v in "${versions[@]}"; do
+  bash scripts/build.sh "$v"
+  echo "test: LibTorch $v ($(build_dir "$v")/)"
+  (cd "$(build_dir "$v")" && ctest --output-on-failure -j "$(nproc)" "$@") || failed+=("$v")
+done
+if ((${#failed[@]} > 0)); then
+  echo "test: FAILED against LibTorch ${failed[*]}"
+  exit 1
+fi
+echo "test: all tests passed against LibTorch ${versions[*]}"
