@@ -217,7 +217,7 @@ Sample run(const Args& a, Mode mode, const std::string& model, const std::string
         ::setenv("GLIBC_TUNABLES", tunables.c_str(), 1);
       }
       const std::string script = std::string(DPX_BENCH_SOURCE_DIR) + "/python/ddp_baseline.py";
-      std::vector<std::string> argv = {"/usr/bin/python3", script, "--model", model, "--world",
+      std::vector<std::string> argv = {DPX_PYTHON, script, "--model", model, "--world",
                                        "2", "--steps",
                                        std::to_string(model == "cnn" ? a.cnn_steps : a.mlp_steps),
                                        "--warmup", std::to_string(a.warmup), "--batch",
@@ -402,11 +402,11 @@ int run_ddp_bench(const std::vector<std::string>& argv) {
                              Mode::kManual2,
                              Mode::kManual2Retain};
   if (a.python) {
-    if (std::system("/usr/bin/python3 -c 'import torch.distributed' >/dev/null 2>&1") == 0) {
+    if (std::system(DPX_PYTHON " -c 'import torch.distributed' >/dev/null 2>&1") == 0) {
       modes.push_back(Mode::kPython2);
       modes.push_back(Mode::kPython2Retain);
     } else {
-      std::printf("SKIPPED Python DDP: /usr/bin/python3 cannot import torch\n");
+      std::printf("SKIPPED Python DDP: " DPX_PYTHON " cannot import torch\n");
     }
   }
   if (!a.configs.empty()) {

@@ -63,8 +63,9 @@ void write_inputs(const std::string& dir, test::Cnn& init, const std::vector<tes
 }
 
 TEST(DdpAgainstPython, SameFinalParameters) {
-  if (std::system("/usr/bin/python3 -c 'import torch.distributed' >/dev/null 2>&1") != 0) {
-    GTEST_SKIP() << "SKIPPED: /usr/bin/python3 cannot import torch (install python3-torch)";
+  if (std::system(DPX_PYTHON " -c 'import torch.distributed' >/dev/null 2>&1") != 0) {
+    GTEST_SKIP() << "SKIPPED: " DPX_PYTHON " (the oracle of LibTorch " DPX_TORCH_VERSION
+                    ") cannot import torch; scripts/setup.sh installs it";
   }
   char dir_template[] = "/tmp/dpx-ddp-python-XXXXXX";
   const std::string dir = ::mkdtemp(dir_template);
@@ -73,7 +74,7 @@ TEST(DdpAgainstPython, SameFinalParameters) {
   test::Cnn init;
   write_inputs(dir, init, data);
 
-  const std::string cmd = "timeout 120 /usr/bin/python3 " DPX_SOURCE_DIR
+  const std::string cmd = "timeout 120 " DPX_PYTHON " " DPX_SOURCE_DIR
                           "/tests/python/ddp_reference.py " + dir + " > " + dir +
                           "/python.log 2>&1";
   const int rc = std::system(cmd.c_str());

@@ -12,6 +12,7 @@ Usage: ddp_reference.py DIR
 import datetime
 import json
 import os
+import struct
 import sys
 
 import torch
@@ -79,7 +80,8 @@ def worker(rank, world, folder):
     if rank == 0:
         out = torch.cat([named[name].detach().reshape(-1) for name, _ in meta["params"]])
         with open(os.path.join(folder, "python_final.bin"), "wb") as f:
-            f.write(out.numpy().astype("<f4").tobytes())
+            # Without numpy, which PyTorch 2.x does not install: float32 as little-endian bytes.
+            f.write(struct.pack("<%df" % out.numel(), *out.tolist()))
     dist.barrier()
     dist.destroy_process_group()
 

@@ -1,5 +1,5 @@
 // The worker program of the launcher tests: one mode per behaviour the tests need.
-//   env DIR                 record the contract's environment in DIR, exit 0
+//   env DIR                 record the environment (every variable) in DIR, exit 0
 //   fail-until N DIR        record; rank 1 fails (exit 3, error file) while restart count < N
 //   throw                   uncaught exception (the error handler writes the error file)
 //   segv                    crash with SIGSEGV (the error handler writes the error file)
@@ -15,6 +15,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <string>
@@ -26,24 +27,21 @@
 
 namespace {
 
-const char* kVars[] = {"RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK",
-                       "GROUP_WORLD_SIZE", "ROLE_RANK", "ROLE_NAME", "ROLE_WORLD_SIZE",
-                       "MASTER_ADDR", "MASTER_PORT", "TORCHELASTIC_RESTART_COUNT",
-                       "TORCHELASTIC_MAX_RESTARTS", "TORCHELASTIC_RUN_ID",
-                       "TORCHELASTIC_USE_AGENT_STORE", "TORCHELASTIC_ERROR_FILE",
-                       "OMP_NUM_THREADS"};
 
 std::string var(const char* name) {
   const char* v = std::getenv(name);
   return v ? v : "<unset>";
 }
 
-// DIR/env_<restart>_<rank>_<pid>: one KEY=value per line.
+// DIR/env_<restart>_<rank>_<pid>: one KEY=value per line, every variable of the environment
+// (the interop test compares the whole set a launcher adds), less multi-line values.
 void record(const std::string& dir) {
   const std::string path = dir + "/env_" + var("TORCHELASTIC_RESTART_COUNT") + "_" + var("RANK") +
                            "_" + std::to_string(getpid());
   std::ofstream out(path + ".tmp");
-  for (const char* k : kVars) out << k << "=" << var(k) << "\n";
+  for (char** e = environ; *e != nullptr; ++e) {
+    if (std::strchr(*e, '\n') == nullptr) out << *e << "\n";
+  }
   out.close();
   std::rename((path + ".tmp").c_str(), path.c_str());  // readers never see half a file
 }
