@@ -68,7 +68,7 @@ struct Config {
   int intra_op_threads;  // of the calling thread
   Cnn net;
   std::unique_ptr<torch::optim::SGD> opt;
-  std::unique_ptr<DataParallel<Cnn>> dp;  // null: the plain module
+  DataParallel<CnnImpl> dp = nullptr;  // empty: the plain module
   std::vector<double> samples_per_s;
   std::vector<double> busy;  // process CPU time / wall time: how many cores the steps kept busy
 
@@ -117,9 +117,9 @@ double max_grad_difference(const Cnn& init, const Args& args, const torch::Tenso
   Cnn wrapped(std::dynamic_pointer_cast<CnnImpl>(init->clone()));
   DataParallelOptions options;
   options.devices.assign(args.replicas, torch::kCPU);
-  DataParallel<Cnn> dp(wrapped, options);
+  DataParallel dp(wrapped, options);
   torch::nll_loss(plain->forward(x), y).backward();
-  torch::nll_loss(dp.forward(x), y).backward();
+  torch::nll_loss(dp->forward(x), y).backward();
   double worst = 0;
   auto a = plain->parameters();
   auto b = wrapped->parameters();
@@ -145,7 +145,7 @@ int run(const std::vector<std::string>& argv) {
       DataParallelOptions options;
       options.devices.assign(args.replicas, torch::kCPU);
       options.threads_per_replica = 1;
-      c.dp = std::make_unique<DataParallel<Cnn>>(c.net, options);
+      c.dp = DataParallel(c.net, options);
     }
     configs.push_back(std::move(c));
   };

@@ -118,12 +118,11 @@ void train(Model model, const Args& a, Mode mode, const std::string& model_name,
   }
   auto x = torch::randn({a.batch, 1, 28, 28});
   auto y = torch::randint(10, {a.batch});
-  std::unique_ptr<DistributedDataParallel<typename Model::ContainedType>> ddp;
+  DistributedDataParallel<typename Model::ContainedType> ddp = nullptr;  // empty: no DDP
   if (is_ddp(mode)) {
     DistributedDataParallelOptions options;
     options.gradient_as_bucket_view = mode == Mode::kDdp2View;
-    ddp = std::make_unique<DistributedDataParallel<typename Model::ContainedType>>(model, pg,
-                                                                                  options);
+    ddp = DistributedDataParallel(model, pg, options);
   }
   torch::optim::SGD opt(model->parameters(), 0.01);
   auto step = [&] {

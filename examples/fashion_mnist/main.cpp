@@ -166,7 +166,7 @@ int main(int argc, char** argv) try {
     int64_t steps = 0;
     for (auto& batch : *loader) {
       optimizer.zero_grad();
-      auto loss = torch::nn::functional::cross_entropy(ddp.forward(batch.data), batch.target);
+      auto loss = torch::nn::functional::cross_entropy(ddp->forward(batch.data), batch.target);
       loss.backward();
       optimizer.step();
       seen += batch.data.size(0);
