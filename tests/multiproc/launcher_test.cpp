@@ -145,6 +145,33 @@ TEST(Launcher, BadFlagsAreClearErrors) {
   EXPECT_NE(r.output.find("'/no/such/program' not found"), std::string::npos) << r.output;
 }
 
+// nan passed the old `x < 0` check, and --monitor-interval nan or join_timeout=nan then made the
+// agent wait forever; each must be refused at once (bounded by the run's timeout here).
+TEST(Launcher, DurationsMustBeFiniteAndNonNegative) {
+  const std::vector<std::vector<std::string>> cases = {
+      {"--monitor-interval", "nan"},      {"--monitor-interval", "inf"},
+      {"--monitor-interval", "-1"},       {"--rdzv-conf", "join_timeout=nan"},
+      {"--rdzv-conf", "join_timeout=inf"}, {"--rdzv-conf", "last_call_timeout=-2"},
+      {"--rdzv-conf", "close_timeout=1e300"}, {"--stop-grace", "nan"},
+      {"--stop-grace", "-inf"},           {"--heartbeat-timeout", "inf"},
+      {"--exit-barrier-timeout", "NaN"},
+  };
+  for (const auto& flags : cases) {
+    auto all = flags;
+    all.insert(all.begin(), "--standalone");
+    auto r = run_launcher(cmd(all, {"env", "/nonexistent"}), seconds(30));
+    EXPECT_FALSE(r.timed_out) << flags[0] << " " << flags[1];
+    EXPECT_EQ(r.exit_code, 2) << flags[0] << " " << flags[1] << "\n" << r.output;
+    EXPECT_NE(r.output.find("expects a number of seconds from 0 to 1e8, got '"),
+              std::string::npos) << r.output;
+  }
+  LaunchOptions o;
+  o.set_env["PET_MONITOR_INTERVAL"] = "nan";
+  auto r = run_launcher(cmd({"--standalone"}, {"env", "/nonexistent"}), seconds(30), o);
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("got 'nan'"), std::string::npos) << r.output;
+}
+
 TEST(Launcher, FailedWorkerRestartsGroupWithCountRaisedAndNewPort) {
   TempDir dir;
   auto r = run_launcher(cmd({"--standalone", "--nproc-per-node", "2", "--max-restarts", "2",

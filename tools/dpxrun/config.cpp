@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdlib>
 #include <functional>
 #include <random>
@@ -17,6 +18,8 @@ struct Flag {
   bool takes_value;
   std::function<void(Config&, const std::string&)> apply;
 };
+
+constexpr double kMaxSeconds = 1e8;
 
 [[noreturn]] void fail(const std::string& msg) { throw UsageError(msg); }
 
@@ -40,8 +43,11 @@ double to_seconds(const std::string& flag, const std::string& v) {
   } catch (const std::exception&) {
     used = 0;
   }
-  if (used == 0 || used != v.size() || x < 0) {
-    fail("--" + flag + " expects a number of seconds >= 0, got '" + v + "'");
+  // Note [Finite durations]: nan compares false with everything, so a plain `x < 0` check lets
+  // it through, and the agent's waits then never end; inf and huge values overflow the clock
+  // arithmetic of a deadline. A bound of 1e8 s (three years) leaves every deadline finite.
+  if (used == 0 || used != v.size() || !std::isfinite(x) || x < 0 || x > kMaxSeconds) {
+    fail("--" + flag + " expects a number of seconds from 0 to 1e8, got '" + v + "'");
   }
   return x;
 }
