@@ -1,6 +1,7 @@
 // no_sync, comm hooks, evaluation forwards, join and statistics, each against a local
 // single-process reference computed by every rank.
 #include <torch/torch.h>
+#include <unistd.h>
 
 #include "ddp_models.h"
 #include "dpx/dpx.h"
@@ -177,6 +178,18 @@ TEST(DdpModule, IsAModuleHolderOfAModuleHoldingTheWrappedOne) {
     EXPECT_TRUE(torch::equal(ddp(x), net->forward(x)));
     auto copy = ddp;  // a holder: copies share one DDP
     EXPECT_EQ(copy.get(), ddp.get());
+
+    // torch::save of the holder writes "module.*", which loads into another DDP's module.
+    const std::string path = ::testing::TempDir() + "/ddp_holder_" + std::to_string(rank) +
+                             "_" + std::to_string(::getpid()) + ".pt";
+    torch::save(ddp, path);
+    test::Mlp other;  // other initial values, made rank 0's by the constructor's broadcast
+    DistributedDataParallel loaded(other, pg);
+    torch::load(loaded, path);
+    std::remove(path.c_str());
+    for (const auto& item : net->named_parameters()) {
+      EXPECT_TRUE(torch::equal(other->named_parameters()[item.key()], item.value())) << item.key();
+    }
   });
 }
 
