@@ -5,11 +5,14 @@
 #include <torch/torch.h>
 
 #include <algorithm>
+#include <memory>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <string>
 #include <vector>
+
+#include <nlohmann/json.hpp>
 
 #include "command.h"
 #include "dpx/dpx.h"
@@ -27,33 +30,28 @@ struct AllreduceArgs {
   bool json = false;
 };
 
-const char* kUsage =
-    "usage: dpx-bench allreduce [--min-bytes N] [--max-bytes N] [--iters N] [--warmup N]\n"
-    "                           [--seconds S] [--backend auto|shm|gloo] [--json]\n"
-    "float32 sum all-reduce from min to max bytes (x2 each step); run one per rank under\n"
-    "dpxrun/torchrun, or bench/run_local.sh NPROC dpx-bench allreduce ...\n";
-
-AllreduceArgs parse(const std::vector<std::string>& args) {
-  AllreduceArgs a;
-  for (std::size_t i = 0; i < args.size(); ++i) {
-    const std::string& k = args[i];
-    auto value = [&]() -> std::string {
-      TORCH_CHECK(i + 1 < args.size(), "dpx-bench allreduce: ", k, " needs a value\n", kUsage);
-      return args[++i];
-    };
-    if (k == "--min-bytes") a.min_bytes = std::stoll(value());
-    else if (k == "--max-bytes") a.max_bytes = std::stoll(value());
-    else if (k == "--iters") a.iters = std::stoi(value());
-    else if (k == "--warmup") a.warmup = std::stoi(value());
-    else if (k == "--seconds") a.seconds = std::stod(value());
-    else if (k == "--backend") a.backend = value();
-    else if (k == "--json") a.json = true;
-    else TORCH_CHECK(false, "dpx-bench allreduce: unknown argument '", k, "'\n", kUsage);
-  }
-  TORCH_CHECK(a.min_bytes >= 4 && a.max_bytes >= a.min_bytes && a.iters >= 0 && a.warmup >= 0,
-              "dpx-bench allreduce: need 4 <= --min-bytes <= --max-bytes, --iters >= 0, "
-              "--warmup >= 0\n", kUsage);
-  return a;
+// Float32 sum all-reduce from min to max bytes (x2 each step); one per rank under
+// dpxrun/torchrun, or bench/run_local.sh NPROC dpx-bench allreduce ...
+void add_flags(CLI::App& app, AllreduceArgs& a) {
+  app.add_option("--min-bytes", a.min_bytes, "smallest size (default 4)")
+      ->check(at_least(4));
+  app.add_option("--max-bytes", a.max_bytes, "largest size (default 256 MiB)")
+      ->check(at_least(4));
+  app.add_option("--iters", a.iters, "timed iterations per size; 0: about --seconds' worth")
+      ->check(at_least(0));
+  app.add_option("--warmup", a.warmup, "untimed iterations per size (default 3)")
+      ->check(at_least(0));
+  // CLI::Range lets nan through (every comparison with it is false).
+  app.add_option("--seconds", a.seconds, "time per size when --iters is 0 (default 0.3)")
+      ->check(CLI::Validator(
+          [](std::string& v) -> std::string {
+            double x = 0;
+            const bool ok = CLI::detail::lexical_cast(v, x) && x >= 0.001 && x <= 3600;
+            return ok ? "" : "expects seconds from 0.001 to 3600, got " + v;
+          },
+          "SECONDS"));
+  app.add_option("--backend", a.backend, "auto, shm or gloo (default auto)");
+  app.add_flag("--json", a.json, "one JSON document instead of a table");
 }
 
 struct Row {
@@ -109,8 +107,9 @@ Row measure(ProcessGroup& pg, std::int64_t bytes, const AllreduceArgs& a) {
   return row;
 }
 
-int run(const std::vector<std::string>& args) {
-  const AllreduceArgs a = parse(args);
+int run(const AllreduceArgs& a) {
+  TORCH_CHECK(a.max_bytes >= a.min_bytes && a.max_bytes <= (1LL << 40), "--max-bytes (",
+              a.max_bytes, ") must be from --min-bytes (", a.min_bytes, ") to 1 TiB");
   InitOptions o;
   o.backend = a.backend;
   auto pg = init_process_group(o);
@@ -122,19 +121,14 @@ int run(const std::vector<std::string>& args) {
                 "busbw(GB/s)", "check");
   }
   bool all_ok = true;
-  std::string json;
+  auto rows = nlohmann::ordered_json::array();
   for (std::int64_t bytes = a.min_bytes; bytes <= a.max_bytes; bytes *= 2) {
     const Row r = measure(*pg, bytes, a);
     all_ok = all_ok && r.ok;
     if (!print) continue;
     if (a.json) {
-      char buf[256];
-      std::snprintf(buf, sizeof(buf),
-                    "%s{\"bytes\": %lld, \"iters\": %d, \"time_us\": %.3f, \"algbw_gbps\": %.4f, "
-                    "\"busbw_gbps\": %.4f, \"ok\": %s}",
-                    json.empty() ? "" : ",\n  ", static_cast<long long>(r.bytes), r.iters, r.us,
-                    r.algbw, r.busbw, r.ok ? "true" : "false");
-      json += buf;
+      rows.push_back({{"bytes", r.bytes}, {"iters", r.iters}, {"time_us", r.us},
+                      {"algbw_gbps", r.algbw}, {"busbw_gbps", r.busbw}, {"ok", r.ok}});
     } else {
       std::printf("%12lld %7d %12.2f %11.3f %11.3f %6s\n", static_cast<long long>(r.bytes),
                   r.iters, r.us, r.algbw, r.busbw, r.ok ? "ok" : "FAIL");
@@ -142,16 +136,21 @@ int run(const std::vector<std::string>& args) {
     }
   }
   if (print && a.json) {
-    std::printf("{\"benchmark\": \"allreduce\", \"backend\": \"%s\", \"world_size\": %d, "
-                "\"dtype\": \"float32\", \"op\": \"sum\", \"results\": [\n  %s]}\n",
-                pg->backend().c_str(), pg->size(), json.c_str());
+    const nlohmann::ordered_json doc = {{"benchmark", "allreduce"}, {"backend", pg->backend()},
+                                        {"world_size", pg->size()}, {"dtype", "float32"},
+                                        {"op", "sum"}, {"results", rows}};
+    std::printf("%s\n", doc.dump(2).c_str());
   }
   pg->barrier()->wait();
   return all_ok ? 0 : 1;
 }
 
 RegisterCommand reg("allreduce", "all-reduce latency and bandwidth, 4 B to 256 MiB (shm, gloo)",
-                    run);
+                    [](CLI::App& app) -> Run {
+                      auto args = std::make_shared<AllreduceArgs>();
+                      add_flags(app, *args);
+                      return [args](const std::vector<std::string>&) { return run(*args); };
+                    });
 
 }  // namespace
 }  // namespace dpx::bench

@@ -9,6 +9,7 @@
 #include <chrono>
 #include <cstdio>
 #include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -46,20 +47,16 @@ struct Args {
   int64_t replicas = 2;
 };
 
-Args parse(const std::vector<std::string>& argv) {
-  Args args;
-  std::map<std::string, int64_t*> flags{{"--batch", &args.batch},   {"--steps", &args.steps},
-                                        {"--rounds", &args.rounds}, {"--warmup", &args.warmup},
-                                        {"--replicas", &args.replicas}};
-  for (size_t i = 0; i < argv.size(); ++i) {
-    auto it = flags.find(argv[i]);
-    TORCH_CHECK(it != flags.end() && i + 1 < argv.size(), "dpx-bench dp: unknown or incomplete ",
-                "argument ", argv[i], "; flags: --batch --steps --rounds --warmup --replicas");
-    *it->second = std::stoll(argv[++i]);
-  }
-  TORCH_CHECK(args.batch > 0 && args.steps > 0 && args.rounds > 0 && args.replicas > 0,
-              "dpx-bench dp: sizes must be positive");
-  return args;
+void add_flags(CLI::App& app, Args& args) {
+  app.add_option("--batch", args.batch, "samples per step (default 128)")
+      ->check(at_least(1));
+  app.add_option("--steps", args.steps, "timed steps per configuration and round (default 10)")
+      ->check(at_least(1));
+  app.add_option("--rounds", args.rounds, "rounds (default 5)")->check(at_least(1));
+  app.add_option("--warmup", args.warmup, "untimed steps per configuration (default 2)")
+      ->check(at_least(0));
+  app.add_option("--replicas", args.replicas, "CPU replicas of DataParallel (default 2)")
+      ->check(at_least(1));
 }
 
 // One configuration: a model, its optimizer, and how to run a forward.
@@ -68,7 +65,7 @@ struct Config {
   int intra_op_threads;  // of the calling thread
   Cnn net;
   std::unique_ptr<torch::optim::SGD> opt;
-  std::unique_ptr<DataParallel<Cnn>> dp;  // null: the plain module
+  DataParallel<CnnImpl> dp = nullptr;  // empty: the plain module
   std::vector<double> samples_per_s;
   std::vector<double> busy;  // process CPU time / wall time: how many cores the steps kept busy
 
@@ -117,9 +114,9 @@ double max_grad_difference(const Cnn& init, const Args& args, const torch::Tenso
   Cnn wrapped(std::dynamic_pointer_cast<CnnImpl>(init->clone()));
   DataParallelOptions options;
   options.devices.assign(args.replicas, torch::kCPU);
-  DataParallel<Cnn> dp(wrapped, options);
+  DataParallel dp(wrapped, options);
   torch::nll_loss(plain->forward(x), y).backward();
-  torch::nll_loss(dp.forward(x), y).backward();
+  torch::nll_loss(dp->forward(x), y).backward();
   double worst = 0;
   auto a = plain->parameters();
   auto b = wrapped->parameters();
@@ -129,8 +126,7 @@ double max_grad_difference(const Cnn& init, const Args& args, const torch::Tenso
   return worst;
 }
 
-int run(const std::vector<std::string>& argv) {
-  const Args args = parse(argv);
+int run(const Args& args) {
   torch::manual_seed(0);
   auto x = torch::randn({args.batch, 1, 28, 28});
   auto y = torch::randint(10, {args.batch});
@@ -145,7 +141,7 @@ int run(const std::vector<std::string>& argv) {
       DataParallelOptions options;
       options.devices.assign(args.replicas, torch::kCPU);
       options.threads_per_replica = 1;
-      c.dp = std::make_unique<DataParallel<Cnn>>(c.net, options);
+      c.dp = DataParallel(c.net, options);
     }
     configs.push_back(std::move(c));
   };
@@ -201,7 +197,14 @@ int run(const std::vector<std::string>& argv) {
   return 0;
 }
 
-const RegisterCommand kRegister("dp", "DataParallel vs one process: CNN training samples/s", run);
+const RegisterCommand kRegister("dp", "DataParallel vs one process: CNN training samples/s",
+                                [](CLI::App& app) -> Run {
+                                  auto args = std::make_shared<Args>();
+                                  add_flags(app, *args);
+                                  return [args](const std::vector<std::string>&) {
+                                    return run(*args);
+                                  };
+                                });
 
 }  // namespace
 }  // namespace dpx::bench

@@ -12,6 +12,7 @@
 #include <cstdio>
 #include <fstream>
 #include <map>
+#include <memory>
 #include <thread>
 
 #include "command.h"
@@ -118,12 +119,11 @@ void train(Model model, const Args& a, Mode mode, const std::string& model_name,
   }
   auto x = torch::randn({a.batch, 1, 28, 28});
   auto y = torch::randint(10, {a.batch});
-  std::unique_ptr<DistributedDataParallel<typename Model::ContainedType>> ddp;
+  DistributedDataParallel<typename Model::ContainedType> ddp = nullptr;  // empty: no DDP
   if (is_ddp(mode)) {
     DistributedDataParallelOptions options;
     options.gradient_as_bucket_view = mode == Mode::kDdp2View;
-    ddp = std::make_unique<DistributedDataParallel<typename Model::ContainedType>>(model, pg,
-                                                                                  options);
+    ddp = DistributedDataParallel(model, pg, options);
   }
   torch::optim::SGD opt(model->parameters(), 0.01);
   auto step = [&] {
@@ -236,9 +236,9 @@ Sample run(const Args& a, Mode mode, const std::string& model, const std::string
       pid_t pid = ::fork();
       if (pid == 0) {
         int code = 0;
+        const std::string out = prefix + ".rank" + std::to_string(r);
         try {
           torch::manual_seed(0);
-          const std::string out = prefix + ".rank" + std::to_string(r);
           const int rank = is_pair(mode) ? 0 : r;
           if (model == "cnn") {
             train(FashionCnn(), a, mode, model, rank, port, out);
@@ -246,7 +246,10 @@ Sample run(const Args& a, Mode mode, const std::string& model, const std::string
             train(WideMlp(a.mlp_width), a, mode, model, rank, port, out);
           }
         } catch (const std::exception& e) {
-          std::fprintf(stderr, "%s rank %d: %s\n", name_of(mode), r, e.what());
+          // The parent reports it, once: a bad DPX_ variable fails every process alike.
+          const auto* c10_error = dynamic_cast<const c10::Error*>(&e);
+          std::ofstream(out + ".error") << (c10_error ? c10_error->what_without_backtrace()
+                                                      : e.what());
           code = 1;
         }
         std::fflush(stderr);
@@ -255,8 +258,17 @@ Sample run(const Args& a, Mode mode, const std::string& model, const std::string
       pids.push_back(pid);
     }
   }
-  TORCH_CHECK(wait_all(pids, std::chrono::seconds(900)), name_of(mode), " (", model,
-              ") failed or timed out");
+  if (!wait_all(pids, std::chrono::seconds(900))) {
+    std::string why;  // the first rank's error, if one was caught
+    for (int r = 0; r < procs; ++r) {
+      const std::string path = prefix + ".rank" + std::to_string(r) + ".error";
+      std::ifstream in(path);
+      std::string line;
+      if (why.empty() && std::getline(in, line)) why = ": rank " + std::to_string(r) + ": " + line;
+      std::remove(path.c_str());
+    }
+    TORCH_CHECK(false, name_of(mode), " (", model, ")", why.empty() ? " failed or timed out" : why);
+  }
   double max_secs = 0, cpu = 0, faults = 0, comm = NAN, exposed = NAN;
   for (int r = 0; r < procs; ++r) {
     const std::string path = prefix + ".rank" + std::to_string(r);
@@ -282,16 +294,6 @@ double median(std::vector<double> v) {
   return n == 0 ? NAN : n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
 }
 
-std::vector<std::string> split(const std::string& s) {
-  std::vector<std::string> out;
-  for (std::size_t p = 0; p <= s.size();) {
-    auto q = std::min(s.find(',', p), s.size());
-    out.push_back(s.substr(p, q - p));
-    p = q + 1;
-  }
-  return out;
-}
-
 const char* key_of(Mode m) {
   switch (m) {
     case Mode::kPlain: return "plain";
@@ -309,32 +311,33 @@ const char* key_of(Mode m) {
   return "?";
 }
 
-Args parse(const std::vector<std::string>& argv) {
-  Args a;
-  for (std::size_t i = 0; i < argv.size(); ++i) {
-    const auto& k = argv[i];
-    auto next = [&]() -> std::string {
-      TORCH_CHECK(i + 1 < argv.size(), k, " needs a value");
-      return argv[++i];
-    };
-    if (k == "--backend") a.backend = next();
-    else if (k == "--rounds") a.rounds = std::stoi(next());
-    else if (k == "--cnn-steps") a.cnn_steps = std::stoi(next());
-    else if (k == "--mlp-steps") a.mlp_steps = std::stoi(next());
-    else if (k == "--warmup") a.warmup = std::stoi(next());
-    else if (k == "--batch") a.batch = std::stoi(next());
-    else if (k == "--threads") a.threads = std::stoi(next());
-    else if (k == "--mlp-width") a.mlp_width = std::stoi(next());
-    else if (k == "--no-python") a.python = false;
-    else if (k == "--models") a.models = split(next());
-    else if (k == "--configs") a.configs = split(next());
-    else {
-      TORCH_CHECK(false, "unknown argument ", k, "; see docs/performance.md for the options");
-    }
-  }
-  TORCH_CHECK(a.rounds >= 1 && a.warmup >= 1 && a.cnn_steps >= 1 && a.mlp_steps >= 1,
-              "rounds, warmup and steps must be at least 1");
-  return a;
+void add_flags(CLI::App& app, Args& a) {
+  const auto positive = at_least(1);
+  app.add_option("--backend", a.backend, "gloo (default) or shm");
+  app.add_option("--rounds", a.rounds, "rounds, configurations alternated (default 3)")
+      ->check(positive);
+  app.add_option("--cnn-steps", a.cnn_steps, "timed steps of the CNN (default 30)")
+      ->check(positive);
+  app.add_option("--mlp-steps", a.mlp_steps, "timed steps of the MLP (default 4)")
+      ->check(positive);
+  app.add_option("--warmup", a.warmup, "untimed steps (default 2)")->check(positive);
+  app.add_option("--batch", a.batch, "samples per rank and step (default 64)")
+      ->check(positive);
+  app.add_option("--threads", a.threads, "intra-op threads per process (default 1)")
+      ->check(positive);
+  app.add_option("--mlp-width", a.mlp_width, "hidden width of the MLP (default 4096)")
+      ->check(positive);
+  app.add_flag("!--no-python", a.python, "skip the Python DDP baseline");
+  app.add_option("--models", a.models, "cnn,mlp (default both)")
+      ->delimiter(',')
+      ->check(CLI::IsMember({"cnn", "mlp"}));
+  app.add_option("--configs", a.configs,
+                 "a subset of plain,plain-retain,pair,pair-retain,ddp1,ddp2,ddp2-view,manual,"
+                 "manual-retain,python,python-retain (default all)")
+      ->delimiter(',')
+      ->check(CLI::IsMember({"plain", "plain-retain", "pair", "pair-retain", "ddp1", "ddp2",
+                             "ddp2-view", "manual", "manual-retain", "python",
+                             "python-retain"}));
 }
 
 void report(const Args& a, const std::string& model, const std::vector<Mode>& modes,
@@ -393,8 +396,7 @@ void report(const Args& a, const std::string& model, const std::vector<Mode>& mo
                                      : static_cast<double>(NAN));
 }
 
-int run_ddp_bench(const std::vector<std::string>& argv) {
-  const Args a = parse(argv);
+int run_ddp_bench(const Args& a, const std::vector<std::string>& argv) {
   char dir_template[] = "/tmp/dpx-bench-ddp-XXXXXX";
   const std::string dir = ::mkdtemp(dir_template);
   std::vector<Mode> modes = {Mode::kPlain, Mode::kPlainRetain, Mode::kPlainPair,
@@ -440,7 +442,13 @@ int run_ddp_bench(const std::vector<std::string>& argv) {
 }
 
 const RegisterCommand kRegister("ddp", "DDP training throughput vs plain, hand-written, Python DDP",
-                                run_ddp_bench);
+                                [](CLI::App& app) -> Run {
+                                  auto args = std::make_shared<Args>();
+                                  add_flags(app, *args);
+                                  return [args](const std::vector<std::string>& argv) {
+                                    return run_ddp_bench(*args, argv);
+                                  };
+                                });
 
 }  // namespace
 }  // namespace dpx::bench

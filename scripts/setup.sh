@@ -19,6 +19,8 @@ packages=(
   libopenmpi-dev openmpi-bin  # MPI_Allreduce baseline in the benchmarks
   gnuplot-nox                 # loss/accuracy curves
   iproute2                    # network-namespace tests of dpxrun
+  libcli11-dev                # command lines of dpxrun, dpx-bench and the example
+  nlohmann-json3-dev          # error files, metrics and benchmark output
 )
 
 missing=()

@@ -5,10 +5,13 @@
 #include <torch/torch.h>
 #include <unistd.h>
 
+#include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
+
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <fstream>
-#include <map>
 
 #include "dpx/dpx.h"
 
@@ -27,37 +30,47 @@ struct Flags {
   int64_t train_limit = -1;  // use only the first N training and N/6 test images (smoke tests)
 };
 
-Flags parse_flags(int argc, char** argv) {
-  Flags f;
-  std::map<std::string, std::function<void(const std::string&)>> set = {
-      {"epochs", [&](auto v) { f.epochs = std::stoll(v); }},
-      {"batch-size", [&](auto v) { f.batch_size = std::stoll(v); }},
-      {"lr", [&](auto v) { f.lr = std::stod(v); }},
-      {"backend", [&](auto v) { f.backend = v; }},
-      {"checkpoint-dir", [&](auto v) { f.checkpoint_dir = v; }},
-      {"checkpoint-every", [&](auto v) { f.checkpoint_every = std::stoll(v); }},
-      {"metrics-file", [&](auto v) { f.metrics_file = v; }},
-      {"data-dir", [&](auto v) { f.data_dir = v; }},
-      {"max-steps", [&](auto v) { f.max_steps = std::stoll(v); }},
-      {"train-limit", [&](auto v) { f.train_limit = std::stoll(v); }},
-  };
-  for (int i = 1; i < argc; ++i) {
-    std::string arg = argv[i], value;
-    TORCH_CHECK(arg.rfind("--", 0) == 0, "unexpected argument '", arg, "'");
-    arg = arg.substr(2);
-    if (const auto eq = arg.find('='); eq != std::string::npos) {
-      value = arg.substr(eq + 1);
-      arg = arg.substr(0, eq);
-    } else {
-      TORCH_CHECK(i + 1 < argc, "flag --", arg, " needs a value");
-      value = argv[++i];
-    }
-    TORCH_CHECK(set.count(arg), "unknown flag --", arg,
-                "; flags: --epochs --batch-size --lr --backend --checkpoint-dir "
-                "--checkpoint-every --metrics-file --data-dir --max-steps --train-limit");
-    set[arg](value);
-  }
-  return f;
+// Checks with messages that say what was expected (CLI11's own number checks print the range up
+// to 1.8e308, and let nan through).
+CLI::Validator integer_at_least(int64_t min) {
+  return CLI::Validator(
+      [min](std::string& v) -> std::string {
+        int64_t x = 0;
+        const bool ok = CLI::detail::lexical_cast(v, x) && x >= min;
+        return ok ? "" : "expects an integer >= " + std::to_string(min) + ", got '" + v + "'";
+      },
+      ">=" + std::to_string(min));
+}
+const CLI::Validator kPositiveFinite(
+    [](std::string& v) -> std::string {
+      double x = 0;
+      const bool ok = CLI::detail::lexical_cast(v, x) && std::isfinite(x) && x > 0;
+      return ok ? "" : "expects a finite number > 0, got '" + v + "'";
+    },
+    ">0");
+
+void add_flags(CLI::App& app, Flags& f) {
+  app.add_option("--epochs", f.epochs, "epochs to train (default 3)")
+      ->check(integer_at_least(0));
+  app.add_option("--batch-size", f.batch_size, "samples per rank and step (default 64)")
+      ->check(integer_at_least(1));
+  app.add_option("--lr", f.lr, "Adam's learning rate (default 2e-3)")->check(kPositiveFinite);
+  app.add_option("--backend", f.backend, "auto (default), shm or gloo");
+  app.add_option("--checkpoint-dir", f.checkpoint_dir, "where checkpoints go and resume from");
+  app.add_option("--checkpoint-every", f.checkpoint_every, "steps between checkpoints")
+      ->check(integer_at_least(1));
+  app.add_option("--metrics-file", f.metrics_file, "JSON lines appended by rank 0");
+  app.add_option("--data-dir", f.data_dir, "the directory of the IDX .gz files")
+      ->check(CLI::ExistingDirectory);
+  app.add_option("--max-steps", f.max_steps, "stop after this many steps in all (-1: no limit)")
+      ->check(integer_at_least(-1));
+  app.add_option("--train-limit", f.train_limit, "use the first N train, N/6 test images")
+      ->check(integer_at_least(-1));
+}
+
+// One line per record, as scripts/plot_metrics.sh reads them.
+void append_metrics(std::ofstream& out, const nlohmann::ordered_json& record) {
+  out << record.dump() << std::endl;
 }
 
 // conv 32 -> pool -> conv 64 -> pool -> fc 128 -> fc 10
@@ -120,9 +133,7 @@ std::pair<double, double> evaluate(Net& net, const dpx::FashionMNIST& test, dpx:
 
 }  // namespace
 
-int main(int argc, char** argv) try {
-  dpx::install_error_handler();  // a crash leaves an error file the launcher's summary quotes
-  const Flags flags = parse_flags(argc, argv);
+int run(const Flags& flags) {
   torch::set_num_threads(1);  // one core per rank; the ranks are the parallelism
   auto pg = dpx::init_process_group({.backend = flags.backend});
   const bool lead = pg->rank() == 0;
@@ -166,7 +177,7 @@ int main(int argc, char** argv) try {
     int64_t steps = 0;
     for (auto& batch : *loader) {
       optimizer.zero_grad();
-      auto loss = torch::nn::functional::cross_entropy(ddp.forward(batch.data), batch.target);
+      auto loss = torch::nn::functional::cross_entropy(ddp->forward(batch.data), batch.target);
       loss.backward();
       optimizer.step();
       seen += batch.data.size(0);
@@ -176,9 +187,9 @@ int main(int argc, char** argv) try {
       if (lead && (steps % 20 == 0 || seen == (int64_t)sampler.num_samples() || step_limit_reached())) {
         progress_bar(epoch, flags.epochs, seen * pg->size(), sampler.total_size(), rate,
                      loss_sum / steps);
-        metrics << "{\"type\":\"train\",\"epoch\":" << epoch + 1 << ",\"step\":" << progress.step
-                << ",\"loss\":" << loss_sum / steps << ",\"samples_per_s\":" << rate
-                << ",\"elapsed_s\":" << seconds() << "}" << std::endl;
+        append_metrics(metrics, {{"type", "train"}, {"epoch", epoch + 1}, {"step", progress.step},
+                                 {"loss", loss_sum / steps}, {"samples_per_s", rate},
+                                 {"elapsed_s", seconds()}});
       }
       if (progress.step % flags.checkpoint_every == 0) {
         checkpointer.save(*net, optimizer, {epoch, progress.step, seen});
@@ -192,14 +203,36 @@ int main(int argc, char** argv) try {
     if (lead) {
       std::fprintf(stderr, "epoch %lld: test accuracy %.2f%%, test loss %.4f, %.1f s\n",
                    (long long)epoch + 1, 100 * accuracy, test_loss, seconds());
-      metrics << "{\"type\":\"eval\",\"epoch\":" << epoch + 1 << ",\"step\":" << progress.step
-              << ",\"test_loss\":" << test_loss << ",\"test_accuracy\":" << accuracy
-              << ",\"elapsed_s\":" << seconds() << "}" << std::endl;
+      append_metrics(metrics, {{"type", "eval"}, {"epoch", epoch + 1}, {"step", progress.step},
+                               {"test_loss", test_loss}, {"test_accuracy", accuracy},
+                               {"elapsed_s", seconds()}});
     }
   }
   return 0;
-} catch (const std::exception& e) {
-  std::fprintf(stderr, "fashion_mnist: %s\n", e.what());
-  dpx::record_error(e);
-  return 1;
+}
+
+int main(int argc, char** argv) {
+  dpx::install_error_handler();  // a crash leaves an error file the launcher's summary quotes
+  CLI::App app("Trains a CNN on Fashion-MNIST with DistributedDataParallel; run it under dpxrun.",
+               "fashion_mnist");
+  Flags flags;
+  add_flags(app, flags);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp& help) {
+    return app.exit(help);  // prints the help; exit code 0
+  } catch (const CLI::ParseError& e) {
+    std::fprintf(stderr, "fashion_mnist: error: %s (see --help)\n", e.what());
+    return 2;
+  }
+  try {
+    return run(flags);
+  } catch (const std::exception& e) {
+    // A c10::Error's what() ends in LibTorch's C++ backtrace: the user needs only the message.
+    const auto* c10_error = dynamic_cast<const c10::Error*>(&e);
+    std::fprintf(stderr, "fashion_mnist: error: %s\n",
+                 c10_error != nullptr ? c10_error->what_without_backtrace() : e.what());
+    dpx::record_error(e);
+    return 1;
+  }
 }

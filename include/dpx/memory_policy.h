@@ -1,5 +1,5 @@
-// What happens to the memory of the tensors a training step frees (Note [CPU block cache] in
-// src/memory/cpu_block_cache.h). DistributedDataParallel and DataParallel apply the policy
+// What happens to the memory of the tensors a training step frees (docs/ddp.md, "Memory between
+// steps"). DistributedDataParallel and DataParallel apply the policy
 // named by DPX_MALLOC when they are constructed; other programs may apply one themselves.
 #pragma once
 

@@ -1,6 +1,8 @@
 #include "dpx/comm/init.h"
 
 #include <c10/util/Exception.h>
+#include <netdb.h>
+#include <sys/socket.h>
 
 #include "comm/backends.h"
 #include "comm/init_url.h"
@@ -30,9 +32,32 @@ void check_rank(int rank, int world_size) {
               world_size, "; ranks go from 0 to world_size - 1");
 }
 
+// Note [Resolve the master first]: a store client retries a host name that does not resolve
+// until its timeout and then reports "no answer", which sends the user looking for a dead rank 0.
+// One getaddrinfo() up front names the real problem at once.
+void check_resolves(const std::string& host, const char* source, int rank, int world_size) {
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* found = nullptr;
+  const int rc = ::getaddrinfo(host.c_str(), nullptr, &hints, &found);
+  if (rc == 0) {
+    ::freeaddrinfo(found);
+    return;
+  }
+  const std::string what = where(rank, world_size) + source + " '" + host +
+                           "' does not resolve to an address (" + ::gai_strerror(rc) + ")";
+  if (rc == EAI_AGAIN) {  // the resolver did not answer: a fault that may pass
+    throw DistributedError(what + "; the name service did not answer, try again or use an IP");
+  }
+  TORCH_CHECK(false, what, "; set it to rank 0's host name or IP address");
+}
+
 std::shared_ptr<Store> tcp_store(const std::string& host, int port, int rank, int world_size,
-                                 bool agent_store, std::chrono::milliseconds timeout) {
+                                 bool agent_store, std::chrono::milliseconds timeout,
+                                 const char* host_source) {
   TORCH_CHECK(port >= 0 && port <= 65535, "master port ", port, " is not a TCP port (0-65535)");
+  check_resolves(host, host_source, rank, world_size);
   TcpStoreOptions o;
   o.host = host;
   o.port = static_cast<std::uint16_t>(port);
@@ -59,7 +84,8 @@ Rendezvous rendezvous(const InitOptions& opts) {
     check_rank(r.rank, r.world_size);
     const std::string addr = required(env.master_addr, "MASTER_ADDR");
     const int port = required(env.master_port, "MASTER_PORT");
-    r.store = tcp_store(addr, port, r.rank, r.world_size, env.use_agent_store, opts.timeout);
+    r.store = tcp_store(addr, port, r.rank, r.world_size, env.use_agent_store, opts.timeout,
+                        "MASTER_ADDR");
     if (env.use_agent_store) {
       // The launcher's store outlives worker restarts: keep each attempt's keys apart, under
       // the prefix torch.distributed uses, so dpx and PyTorch workers agree on it.
@@ -74,7 +100,8 @@ Rendezvous rendezvous(const InitOptions& opts) {
               "' needs rank and world_size: add ?rank=R&world_size=W or set them in InitOptions");
   check_rank(r.rank, r.world_size);
   if (url.scheme == "tcp") {
-    r.store = tcp_store(url.host, url.port, r.rank, r.world_size, false, opts.timeout);
+    r.store = tcp_store(url.host, url.port, r.rank, r.world_size, false, opts.timeout,
+                        "the init method's host");
   } else {
     r.store = Store::file(url.path, r.world_size);
     r.store->set_timeout(opts.timeout);

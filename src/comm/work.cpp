@@ -31,28 +31,12 @@ std::exception_ptr CompletionWork::exception() {
 }
 
 void CompletionWork::complete(std::exception_ptr error) {
-  std::vector<std::function<void(std::exception_ptr)>> callbacks;
   {
     std::lock_guard<std::mutex> lock(mutex_);
     done_ = true;
-    error_ = error;
-    callbacks.swap(callbacks_);
+    error_ = std::move(error);
   }
   done_cv_.notify_all();
-  for (auto& cb : callbacks) {
-    cb(error);
-  }
-}
-
-void CompletionWork::then(std::function<void(std::exception_ptr)> callback) {
-  std::unique_lock<std::mutex> lock(mutex_);
-  if (!done_) {
-    callbacks_.push_back(std::move(callback));
-    return;
-  }
-  auto error = error_;
-  lock.unlock();
-  callback(error);
 }
 
 }  // namespace dpx

@@ -14,6 +14,7 @@
 
 #include <c10/util/Exception.h>
 #include <c10/util/Type.h>
+#include <nlohmann/json.hpp>
 
 namespace dpx {
 namespace {
@@ -22,28 +23,6 @@ namespace {
 char g_error_file[4096];
 std::atomic<bool> g_written{false};
 constexpr int kFatalSignals[] = {SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGABRT};
-
-std::string json_escape(const std::string& s) {
-  std::string out;
-  for (unsigned char c : s) {
-    switch (c) {
-      case '"': out += "\\\""; break;
-      case '\\': out += "\\\\"; break;
-      case '\n': out += "\\n"; break;
-      case '\t': out += "\\t"; break;
-      case '\r': out += "\\r"; break;
-      default:
-        if (c < 0x20) {
-          char buf[8];
-          std::snprintf(buf, sizeof(buf), "\\u%04x", c);
-          out += buf;
-        } else {
-          out += static_cast<char>(c);
-        }
-    }
-  }
-  return out;
-}
 
 bool write_file(const std::string& json) {
   const char* path = std::getenv("TORCHELASTIC_ERROR_FILE");
@@ -82,7 +61,8 @@ void on_terminate() {
   std::abort();
 }
 
-// Async-signal-safe: only write(2) on a buffer built by hand.
+// Async-signal-safe: only write(2) on a buffer built by hand (no JSON library, which allocates);
+// the message is fixed text, so nothing needs escaping.
 void append(char* buf, size_t& n, size_t cap, const char* s) {
   while (*s != '\0' && n + 1 < cap) buf[n++] = *s++;
 }
@@ -122,9 +102,11 @@ void on_fatal_signal(int sig) {
 }  // namespace
 
 std::string error_file_json(const std::string& message, const std::string& callstack) {
-  return "{\"message\": {\"message\": \"" + json_escape(message) +
-         "\", \"extraInfo\": {\"py_callstack\": \"" + json_escape(callstack) +
-         "\", \"timestamp\": \"" + std::to_string(std::time(nullptr)) + "\"}}}\n";
+  nlohmann::ordered_json extra = {{"py_callstack", callstack},
+                                  {"timestamp", std::to_string(std::time(nullptr))}};
+  nlohmann::ordered_json file = {{"message", {{"message", message}, {"extraInfo", extra}}}};
+  // Messages may quote bytes that are not UTF-8 (paths, peers' data): replace them, never throw.
+  return file.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace) + "\n";
 }
 
 bool record_error(const std::exception& error) {

@@ -9,11 +9,11 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
-#include <sstream>
 #include <thread>
 #include <vector>
 
 #include <c10/util/Exception.h>
+#include <nlohmann/json.hpp>
 
 #include "dpx/comm/store.h"
 #include "dpx/launch/error_handler.h"
@@ -39,27 +39,16 @@ std::string error_file(const std::string& dir, int rank) {
   return dir + "/error_" + std::to_string(rank) + ".json";
 }
 
-// The "message" string of a torchelastic error file; the JSON is ours, so a plain scan does.
+// The message of a torchelastic error file ({"message": {"message": ...}}); "" when there is
+// none or the file is not such JSON.
 std::string read_message(const std::string& path) {
   std::ifstream in(path);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  const std::string s = ss.str();
-  const std::string tag = "\"message\": \"";
-  auto at = s.find(tag);
-  if (at == std::string::npos) {
-    return "";
-  }
-  std::string out;
-  for (size_t i = at + tag.size(); i < s.size() && s[i] != '"'; ++i) {
-    if (s[i] == '\\' && i + 1 < s.size()) {
-      char c = s[++i];
-      out += c == 'n' ? '\n' : c == 't' ? '\t' : c;
-    } else {
-      out += s[i];
-    }
-  }
-  return out;
+  const auto file = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
+  if (!file.is_object()) return "";
+  const auto outer = file.find("message");
+  if (outer == file.end() || !outer->is_object()) return "";
+  const auto inner = outer->find("message");
+  return inner != outer->end() && inner->is_string() ? inner->get<std::string>() : "";
 }
 
 [[noreturn]] void run_child(int rank, int nprocs, std::uint16_t port, const std::string& dir,

@@ -21,6 +21,9 @@ namespace dpx::detail {
 // the first parallel op), then sets its own team size; the caller's setting is untouched and
 // replicas x threads_per_replica stays within the cores. BLAS libraries with a thread pool of
 // their own ignore this (Note [BLAS threads] in parallel_apply_blas.h).
+// DataParallel's default intra-op threads per replica: max(1, hardware threads / replicas).
+int64_t default_threads_per_replica(int64_t replicas);
+
 class ReplicaThreads {
  public:
   explicit ReplicaThreads(int64_t threads_per_replica);

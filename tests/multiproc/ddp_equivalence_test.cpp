@@ -79,7 +79,7 @@ TEST_P(Equivalence, Mlp) {
     torch::manual_seed(7);
     test::Mlp ref;
     DistributedDataParallel ddp(net, pg, options);
-    train(ddp, ddp.parameters(), kSteps, [&](int s) {
+    train(ddp, ddp->parameters(), kSteps, [&](int s) {
       auto b = test::slice(batches[s], rank, kWorld);
       return torch::nn::functional::cross_entropy(ddp->forward(b.x), b.y);
     });
@@ -87,10 +87,10 @@ TEST_P(Equivalence, Mlp) {
       return torch::nn::functional::cross_entropy(ref->forward(batches[s].x), batches[s].y);
     });
     test::expect_params_close(detached(net), detached(ref));
-    EXPECT_EQ(ddp.stats().iterations, kSteps);
-    EXPECT_TRUE(ddp.stats().buckets_rebuilt);
+    EXPECT_EQ(ddp->stats().iterations, kSteps);
+    EXPECT_TRUE(ddp->stats().buckets_rebuilt);
     // With caps of 524 bytes, each of the Mlp's 3 layers fills a bucket (bias, then weight).
-    EXPECT_EQ(ddp.stats().bucket_sizes_bytes.size(), options.bucket_cap_mb < 0.001 ? 3u : 1u);
+    EXPECT_EQ(ddp->stats().bucket_sizes_bytes.size(), options.bucket_cap_mb < 0.001 ? 3u : 1u);
   }));
 }
 
@@ -108,7 +108,7 @@ TEST_P(Equivalence, CnnWithBatchNorm) {
     torch::manual_seed(11);
     test::Cnn ref;
     DistributedDataParallel ddp(net, pg, options);
-    train(ddp, ddp.parameters(), kSteps, [&](int s) {
+    train(ddp, ddp->parameters(), kSteps, [&](int s) {
       auto b = test::slice(batches[s], rank, kWorld);
       return torch::nn::functional::cross_entropy(ddp->forward(b.x), b.y);
     });
@@ -140,7 +140,7 @@ TEST_P(Equivalence, CnnEvalBatchNormOnConcatenatedBatch) {
     net->bn->eval();
     ref->bn->eval();
     DistributedDataParallel ddp(net, pg, options);
-    train(ddp, ddp.parameters(), kSteps, [&](int s) {
+    train(ddp, ddp->parameters(), kSteps, [&](int s) {
       auto b = test::slice(batches[s], rank, kWorld);
       return torch::nn::functional::cross_entropy(ddp->forward(b.x), b.y);
     });
@@ -171,7 +171,7 @@ TEST_P(UnusedBranch, FindUnusedParametersAveragesWhatSomeRankUsed) {
     torch::manual_seed(3);
     test::Branchy ref;
     DistributedDataParallel ddp(net, pg, options);
-    train(ddp, ddp.parameters(), kSteps, [&](int s) {
+    train(ddp, ddp->parameters(), kSteps, [&](int s) {
       auto b = test::slice(batches[s], rank, kWorld);
       return torch::nn::functional::cross_entropy(ddp->forward(b.x, rank == 0), b.y);
     });
@@ -205,7 +205,7 @@ TEST(DdpCheckpoint, WrappedModuleStateLoadsIntoPlainModule) {
     auto b = test::slice(test::make_batches(1, kWorld, kPerRank, {1, 8, 8})[0], rank, kWorld);
     torch::nn::functional::cross_entropy(ddp->forward(b.x), b.y).backward();
     const std::string path = dir + "/model.pt";
-    if (rank == 0) torch::save(ddp.module(), path);
+    if (rank == 0) torch::save(ddp->module(), path);
     pg->barrier()->wait();
     test::Cnn plain;
     torch::load(plain, path);
@@ -239,14 +239,14 @@ TEST(DdpOneRank, SameParametersAsPlainLibTorch) {
     DistributedDataParallelOptions o;
     o.gradient_as_bucket_view = view;
     DistributedDataParallel ddp(net, pg, o);
-    train(ddp, ddp.parameters(), kSteps, [&](int s) {
+    train(ddp, ddp->parameters(), kSteps, [&](int s) {
       return torch::nn::functional::cross_entropy(ddp->forward(batches[s].x), batches[s].y);
     });
     train(ref, ref->parameters(), kSteps, [&](int s) {
       return torch::nn::functional::cross_entropy(ref->forward(batches[s].x), batches[s].y);
     });
     test::expect_params_close(detached(net), detached(ref), 0, 1e-7);
-    EXPECT_EQ(ddp.stats().iterations, kSteps);
+    EXPECT_EQ(ddp->stats().iterations, kSteps);
   }
 }
 

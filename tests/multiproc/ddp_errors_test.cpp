@@ -140,9 +140,9 @@ TEST(DdpErrors, CommHookRegisteredTwice) {
   auto pg = new_process_group("gloo", server.client(), 0, 1);
   test::Mlp net;
   DistributedDataParallel ddp(net, pg);
-  ddp.register_comm_hook({}, hooks::allreduce_hook);
+  ddp->register_comm_hook({}, hooks::allreduce_hook);
   try {
-    ddp.register_comm_hook({}, hooks::fp16_compress_hook);
+    ddp->register_comm_hook({}, hooks::fp16_compress_hook);
     ADD_FAILURE() << "no error";
   } catch (const c10::Error& e) {
     EXPECT_NE(std::string(e.what()).find("can only be called once"), std::string::npos);

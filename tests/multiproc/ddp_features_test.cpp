@@ -1,6 +1,7 @@
 // no_sync, comm hooks, evaluation forwards, join and statistics, each against a local
 // single-process reference computed by every rank.
 #include <torch/torch.h>
+#include <unistd.h>
 
 #include "ddp_models.h"
 #include "dpx/dpx.h"
@@ -52,7 +53,7 @@ TEST(DdpNoSync, AccumulatesLocallyThenSynchronisesTheSum) {
     test::Mlp net;
     DistributedDataParallel ddp(net, pg);
     {
-      auto guard = ddp.no_sync();
+      auto guard = ddp->no_sync();
       for (int s = 0; s < 2; ++s) {
         auto b = test::slice(batches[s], rank, kWorld);
         torch::nn::functional::cross_entropy(ddp->forward(b.x), b.y).backward();
@@ -94,10 +95,10 @@ TEST_P(CommHooks, GradientsWithinPrecision) {
     options.bucket_cap_mb = options.first_bucket_cap_mb = cap;
     DistributedDataParallel ddp(net, pg, options);
     // Tiny caps: 4 buckets in registration order, 3 after the rebuild in gradient order.
-    const auto first_layout = ddp.stats().bucket_sizes_bytes.size();
+    const auto first_layout = ddp->stats().bucket_sizes_bytes.size();
     EXPECT_EQ(first_layout, cap < 1 ? 4u : 1u);
     int calls = 0;
-    ddp.register_comm_hook({}, [&](std::any& state, GradBucket& bucket) {
+    ddp->register_comm_hook({}, [&](std::any& state, GradBucket& bucket) {
       ++calls;
       EXPECT_EQ(bucket.parameters.size(), bucket.gradients.size());
       return hc.hook(state, bucket);
@@ -108,7 +109,7 @@ TEST_P(CommHooks, GradientsWithinPrecision) {
       torch::nn::functional::cross_entropy(ddp->forward(b.x), b.y).backward();
       test::expect_params_close(grads_of(net), reference_grads({batches[s]}), 1e-5, hc.atol);
     }
-    const auto rebuilt_layout = ddp.stats().bucket_sizes_bytes.size();
+    const auto rebuilt_layout = ddp->stats().bucket_sizes_bytes.size();
     EXPECT_EQ(rebuilt_layout, cap < 1 ? 3u : 1u);
     EXPECT_EQ(calls, static_cast<int>(first_layout + rebuilt_layout));  // once per bucket
   });
@@ -128,7 +129,7 @@ TEST(DdpEval, ForwardsWithoutBackwardDoNotDisturbTraining) {
     torch::manual_seed(5);
     test::Mlp net;
     DistributedDataParallel ddp(net, pg);
-    torch::optim::SGD opt(ddp.parameters(), 0.1);
+    torch::optim::SGD opt(ddp->parameters(), 0.1);
     torch::manual_seed(5);
     test::Mlp ref;
     torch::optim::SGD ref_opt(ref->parameters(), 0.1);
@@ -138,9 +139,9 @@ TEST(DdpEval, ForwardsWithoutBackwardDoNotDisturbTraining) {
         torch::NoGradGuard no_grad;  // evaluation: only this rank runs it, no communication
         if (rank == 0) ddp->forward(b.x);
       }
-      ddp.eval();
+      ddp->eval();
       ddp->forward(b.x);  // a forward with grad enabled but no backward
-      ddp.train();
+      ddp->train();
       opt.zero_grad();
       torch::nn::functional::cross_entropy(ddp->forward(b.x), b.y).backward();
       opt.step();
@@ -152,6 +153,43 @@ TEST(DdpEval, ForwardsWithoutBackwardDoNotDisturbTraining) {
     for (const auto& p : net->parameters()) got.push_back(p.detach());
     for (const auto& p : ref->parameters()) want.push_back(p.detach());
     test::expect_params_close(got, want);
+  });
+}
+
+// DistributedDataParallel is a module holder like TORCH_MODULE's, its module the wrapped one's
+// parent: the names, modes and call syntax of any LibTorch module.
+TEST(DdpModule, IsAModuleHolderOfAModuleHoldingTheWrappedOne) {
+  on_two_ranks([](int rank, auto pg) {
+    test::Mlp net;
+    DistributedDataParallel ddp(net, pg);
+    static_assert(std::is_base_of_v<
+                  torch::nn::ModuleHolder<DistributedDataParallelImpl<test::MlpImpl>>,
+                  decltype(ddp)>);
+    std::vector<std::string> want;
+    for (const auto& name : net->named_parameters().keys()) want.push_back("module." + name);
+    EXPECT_EQ(ddp->named_parameters().keys(), want);
+    EXPECT_EQ(ddp->module(), net.ptr());
+    ddp->eval();
+    EXPECT_FALSE(net->is_training());
+    ddp->train();
+    EXPECT_TRUE(net->is_training());
+    torch::NoGradGuard no_grad;  // forwards without communication
+    auto x = torch::randn({4, 16});
+    EXPECT_TRUE(torch::equal(ddp(x), net->forward(x)));
+    auto copy = ddp;  // a holder: copies share one DDP
+    EXPECT_EQ(copy.get(), ddp.get());
+
+    // torch::save of the holder writes "module.*", which loads into another DDP's module.
+    const std::string path = ::testing::TempDir() + "/ddp_holder_" + std::to_string(rank) +
+                             "_" + std::to_string(::getpid()) + ".pt";
+    torch::save(ddp, path);
+    test::Mlp other;  // other initial values, made rank 0's by the constructor's broadcast
+    DistributedDataParallel loaded(other, pg);
+    torch::load(loaded, path);
+    std::remove(path.c_str());
+    for (const auto& item : net->named_parameters()) {
+      EXPECT_TRUE(torch::equal(other->named_parameters()[item.key()], item.value())) << item.key();
+    }
   });
 }
 
@@ -167,10 +205,10 @@ TEST_P(Join, UnevenInputsFinishWithTheLastRanksParameters) {
     torch::manual_seed(5);
     test::Mlp net;
     DistributedDataParallel ddp(net, pg);
-    torch::optim::SGD opt(ddp.parameters(), torch::optim::SGDOptions(0.1).momentum(0.9));
+    torch::optim::SGD opt(ddp->parameters(), torch::optim::SGDOptions(0.1).momentum(0.9));
     JoinOptions jo;
     jo.divide_by_initial_world_size = by_initial;
-    ddp.join([&] {
+    ddp->join([&] {
       for (int s = 0; s < steps[rank]; ++s) {
         opt.zero_grad();
         auto b = test::slice(batches[s], rank, kWorld);
@@ -212,16 +250,16 @@ TEST(JoinWithNoSync, AccumulationStepsDoNotConfuseTheShadow) {
     torch::manual_seed(5);
     test::Mlp net;
     DistributedDataParallel ddp(net, pg);
-    torch::optim::SGD opt(ddp.parameters(), 0.1);
+    torch::optim::SGD opt(ddp->parameters(), 0.1);
     auto micro = [&](int s, int m) {
       auto b = test::slice(batches[2 * s + m], rank, kWorld);
       torch::nn::functional::cross_entropy(ddp->forward(b.x), b.y).backward();
     };
-    ddp.join([&] {
+    ddp->join([&] {
       for (int s = 0; s < steps[rank]; ++s) {
         opt.zero_grad();
         {
-          auto guard = ddp.no_sync();
+          auto guard = ddp->no_sync();
           micro(s, 0);
         }
         micro(s, 1);
@@ -260,7 +298,7 @@ TEST(DdpStats, BucketsIterationsAndTimes) {
       auto b = test::slice(batch, rank, kWorld);
       torch::nn::functional::cross_entropy(ddp->forward(b.x), b.y).backward();
     }
-    auto s = ddp.stats();
+    auto s = ddp->stats();
     EXPECT_EQ(s.iterations, 3);
     EXPECT_TRUE(s.buckets_rebuilt);
     std::int64_t total = 0;

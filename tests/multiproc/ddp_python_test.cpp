@@ -95,7 +95,7 @@ TEST(DdpAgainstPython, SameFinalParameters) {
       for (std::size_t i = 0; i < src.size(); ++i) dst[i].copy_(src[i]);
     }
     DistributedDataParallel ddp(net, pg);
-    torch::optim::SGD opt(ddp.parameters(), torch::optim::SGDOptions(kLr).momentum(kMomentum));
+    torch::optim::SGD opt(ddp->parameters(), torch::optim::SGDOptions(kLr).momentum(kMomentum));
     for (int s = 0; s < kSteps; ++s) {
       auto b = test::slice(data[s], rank, kWorld);
       opt.zero_grad();

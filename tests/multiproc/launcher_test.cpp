@@ -122,6 +122,39 @@ TEST(Launcher, PetVariablesWorkAndFlagsWin) {
   }
 }
 
+// torchrun's spellings, and PROGRAM's own arguments passed on untouched even where they look
+// like dpxrun's flags.
+TEST(Launcher, TorchrunSpellingsAndProgramArgumentsPassThrough) {
+  TempDir dir;
+  auto r = run_launcher(cmd({"--standalone", "--nproc_per_node=2", "-r3", "--no-python", "-m",
+                             "--max_restarts", "1", "--monitor-interval=0.05"},
+                            {"env", dir.path(), "--lr", "1", "--nproc-per-node", "5", "-m"}));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  auto envs = read_worker_envs(dir.path());
+  ASSERT_EQ(envs.size(), 2u) << r.output;
+  for (auto& e : envs) {
+    EXPECT_EQ(e["ARGS"], "--lr 1 --nproc-per-node 5 -m");
+    EXPECT_EQ(e["TORCHELASTIC_MAX_RESTARTS"], "1");
+  }
+  TempDir dir2;
+  r = run_launcher(cmd({"--standalone", "--"}, {"env", dir2.path(), "--standalone"}));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  envs = read_worker_envs(dir2.path());
+  ASSERT_EQ(envs.size(), 1u) << r.output;
+  EXPECT_EQ(envs[0]["ARGS"], "--standalone");
+}
+
+TEST(Launcher, HelpListsTheFlagsAndExitsZero) {
+  for (const std::string flag : {"-h", "--help"}) {
+    auto r = run_launcher({dpxrun_path(), flag}, seconds(30));
+    EXPECT_EQ(r.exit_code, 0) << r.output;
+    for (const char* text : {"--nproc-per-node", "-r, --redirects", "--rdzv-conf", "PET_",
+                             "--stop-grace"}) {
+      EXPECT_NE(r.output.find(text), std::string::npos) << text << "\n" << r.output;
+    }
+  }
+}
+
 TEST(Launcher, BadFlagsAreClearErrors) {
   struct Case {
     std::vector<std::string> flags;
@@ -134,15 +167,49 @@ TEST(Launcher, BadFlagsAreClearErrors) {
       {{"--rdzv-backend", "c10d"}, "needs --rdzv-endpoint"},
       {{"--nnodes", "1:2"}, "static rendezvous needs a fixed number of nodes"},
       {{"-r", "7"}, "0 (none), 1 (stdout), 2 (stderr)"},
+      {{"--standalone=maybe"}, "--standalone expects 1/0 or true/false, got 'maybe'"},
+      {{"--frobnicate=1"}, "unknown flag '--frobnicate=1'"},
   };
   for (const auto& c : cases) {
     auto r = run_launcher(cmd(c.flags, {"env", "/nonexistent"}), seconds(30));
     EXPECT_EQ(r.exit_code, 2) << c.says << "\n" << r.output;
     EXPECT_NE(r.output.find(c.says), std::string::npos) << r.output;
+    EXPECT_EQ(std::count(r.output.begin(), r.output.end(), '\n'), 1) << r.output;  // one line
   }
+  auto missing = run_launcher({dpxrun_path(), "--standalone", "--nproc-per-node"}, seconds(30));
+  EXPECT_EQ(missing.exit_code, 2) << missing.output;
+  EXPECT_NE(missing.output.find("--nproc-per-node"), std::string::npos) << missing.output;
+  EXPECT_EQ(std::count(missing.output.begin(), missing.output.end(), '\n'), 1) << missing.output;
   auto r = run_launcher({dpxrun_path(), "--standalone", "/no/such/program"}, seconds(30));
   EXPECT_EQ(r.exit_code, 2);
   EXPECT_NE(r.output.find("'/no/such/program' not found"), std::string::npos) << r.output;
+}
+
+// nan passed the old `x < 0` check, and --monitor-interval nan or join_timeout=nan then made the
+// agent wait forever; each must be refused at once (bounded by the run's timeout here).
+TEST(Launcher, DurationsMustBeFiniteAndNonNegative) {
+  const std::vector<std::vector<std::string>> cases = {
+      {"--monitor-interval", "nan"},      {"--monitor-interval", "inf"},
+      {"--monitor-interval", "-1"},       {"--rdzv-conf", "join_timeout=nan"},
+      {"--rdzv-conf", "join_timeout=inf"}, {"--rdzv-conf", "last_call_timeout=-2"},
+      {"--rdzv-conf", "close_timeout=1e300"}, {"--stop-grace", "nan"},
+      {"--stop-grace", "-inf"},           {"--heartbeat-timeout", "inf"},
+      {"--exit-barrier-timeout", "NaN"},
+  };
+  for (const auto& flags : cases) {
+    auto all = flags;
+    all.insert(all.begin(), "--standalone");
+    auto r = run_launcher(cmd(all, {"env", "/nonexistent"}), seconds(30));
+    EXPECT_FALSE(r.timed_out) << flags[0] << " " << flags[1];
+    EXPECT_EQ(r.exit_code, 2) << flags[0] << " " << flags[1] << "\n" << r.output;
+    EXPECT_NE(r.output.find("expects a number of seconds from 0 to 1e8, got '"),
+              std::string::npos) << r.output;
+  }
+  LaunchOptions o;
+  o.set_env["PET_MONITOR_INTERVAL"] = "nan";
+  auto r = run_launcher(cmd({"--standalone"}, {"env", "/nonexistent"}), seconds(30), o);
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("got 'nan'"), std::string::npos) << r.output;
 }
 
 TEST(Launcher, FailedWorkerRestartsGroupWithCountRaisedAndNewPort) {

@@ -112,7 +112,7 @@ TEST(DataParallelStructure, ReplicaExceptionNamesTheReplica) {
     EXPECT_THROW(std::rethrow_exception(e.original()), c10::Error);
   }
   net->use_std = true;
-  dp.reset_replicas();  // a plain member changed: clone again
+  dp->reset_replicas();  // a plain member changed: clone again
   try {
     dp(x);
     FAIL() << "expected a ReplicaError";
@@ -137,7 +137,7 @@ struct OnMetaImpl : torch::nn::Cloneable<OnMetaImpl> {
 TEST(DataParallelStructure, ModuleNotOnFirstDeviceIsAnError) {
   dpx::DataParallel dp(std::make_shared<OnMetaImpl>(), cpus(2));
   try {
-    dp.forward(torch::zeros({4, 4}));
+    dp->forward(torch::zeros({4, 4}));
     FAIL() << "expected an error";
   } catch (const c10::Error& e) {
     EXPECT_NE(std::string(e.what()).find("module must have its parameters and buffers on device "
@@ -164,25 +164,41 @@ TEST(DataParallelStructure, CudaDevicesWithoutCudaAreAnError) {
 TEST(DataParallelStructure, DefaultsFollowTheMachine) {
   dpx::DataParallel dp(std::make_shared<torch::nn::LinearImpl>(4, 2));
   const auto cores = std::max(1u, std::thread::hardware_concurrency());
-  EXPECT_EQ(dp.devices().size(), cores);
-  EXPECT_EQ(dp.output_device(), torch::Device(torch::kCPU));
-  EXPECT_EQ(dp.threads_per_replica(), 1);
+  EXPECT_EQ(dp->devices().size(), cores);
+  EXPECT_EQ(dp->output_device(), torch::Device(torch::kCPU));
+  EXPECT_EQ(dp->threads_per_replica(), 1);
   dpx::DataParallelOptions options = cpus(1);
   options.threads_per_replica = 3;
   dpx::DataParallel one(std::make_shared<torch::nn::LinearImpl>(4, 2), options);
-  EXPECT_EQ(one.threads_per_replica(), 3);
+  EXPECT_EQ(one->threads_per_replica(), 3);
   // One device: the module itself runs, in the caller's thread.
   auto x = torch::randn({3, 4});
-  EXPECT_TRUE(torch::equal(one(x), one.module()->forward(x)));
+  EXPECT_TRUE(torch::equal(one(x), one->module()->forward(x)));
 }
 
-TEST(DataParallelStructure, IsAModuleHoldingTheWrappedOne) {
-  auto net = std::make_shared<torch::nn::LinearImpl>(4, 2);
-  auto dp = std::make_shared<dpx::DataParallel<std::shared_ptr<torch::nn::LinearImpl>>>(net, cpus(2));
+// DataParallel is a module holder like TORCH_MODULE's: the wrapped module is its child "module".
+TEST(DataParallelStructure, IsAModuleHolderOfAModuleHoldingTheWrappedOne) {
+  torch::nn::Linear net(4, 2);
+  dpx::DataParallel dp(net, cpus(2));
+  using Holder = torch::nn::ModuleHolder<dpx::DataParallelImpl<torch::nn::LinearImpl>>;
+  static_assert(std::is_base_of_v<Holder, decltype(dp)>);
   auto names = dp->named_parameters().keys();
   EXPECT_EQ(names, (std::vector<std::string>{"module.weight", "module.bias"}));
+  EXPECT_EQ(dp->module(), net.ptr());
   dp->eval();
   EXPECT_FALSE(net->is_training());
+  dp->train();
+  EXPECT_TRUE(net->is_training());
+
+  // torch::save of the holder writes "module.*" keys that load into another DataParallel.
+  const std::string path = ::testing::TempDir() + "/dp_holder.pt";
+  torch::save(dp, path);
+  torch::nn::Linear other(4, 2);
+  dpx::DataParallel loaded(other, cpus(2));
+  torch::load(loaded, path);
+  EXPECT_TRUE(torch::equal(other->weight, net->weight));
+  EXPECT_TRUE(torch::equal(other->bias, net->bias));
+  std::remove(path.c_str());
 }
 
 TEST(DataParallelStructure, ReplicasFollowTheModulesTensors) {

@@ -87,7 +87,7 @@ TEST(DataParallel, MlpMatchesWholeBatch) {
     dpx::DataParallel dp(net, cpus(replicas));
     auto x = torch::randn({10, 10});  // 3 replicas: chunks of 4, 4, 2
     auto y = torch::randint(4, {10});
-    auto out = dp.forward(x);
+    auto out = dp->forward(x);
     auto expected = ref->forward(x);
     expect_close(out, expected, "output");
     torch::nn::functional::cross_entropy(out, y).backward();

@@ -86,6 +86,27 @@ TEST_F(EnvTest, RankAndWorldSizeAreChecked) {
   EXPECT_ERROR_HAS(init_process_group(o), "unknown init method 'gopher://x'");
 }
 
+// A name that does not resolve is reported as such at once, not as a store that gave no answer
+// within the timeout (".invalid" never resolves, RFC 2606).
+TEST_F(EnvTest, UnresolvableMasterAddrIsNamed) {
+  ::setenv("RANK", "1", 1);
+  ::setenv("WORLD_SIZE", "2", 1);
+  ::setenv("MASTER_ADDR", "dpx-no-such-host.invalid", 1);
+  ::setenv("MASTER_PORT", "29500", 1);
+  InitOptions o;
+  o.timeout = std::chrono::seconds(60);
+  const auto start = std::chrono::steady_clock::now();
+  const std::string error = error_of([&] { init_process_group(o); });
+  EXPECT_THAT(error, ::testing::HasSubstr(
+                         "MASTER_ADDR 'dpx-no-such-host.invalid' does not resolve to an address"));
+  EXPECT_THAT(error, ::testing::Not(::testing::HasSubstr("no answer")));
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(30));
+  ::unsetenv("MASTER_ADDR");
+  o.init_method = "tcp://dpx-no-such-host.invalid:29500?rank=1&world_size=2";
+  EXPECT_ERROR_HAS(init_process_group(o),
+                   "the init method's host 'dpx-no-such-host.invalid' does not resolve");
+}
+
 TEST_F(EnvTest, UnknownBackendAndDebugLevel) {
   InitOptions o;
   o.backend = "nccl";

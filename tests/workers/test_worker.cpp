@@ -1,5 +1,5 @@
 // The worker program of the launcher tests: one mode per behaviour the tests need.
-//   env DIR                 record the environment (every variable) in DIR, exit 0
+//   env DIR [ARGS...]       record the environment (every variable) and ARGS in DIR, exit 0
 //   fail-until N DIR        record; rank 1 fails (exit 3, error file) while restart count < N
 //   throw                   uncaught exception (the error handler writes the error file)
 //   segv                    crash with SIGSEGV (the error handler writes the error file)
@@ -27,14 +27,16 @@
 
 namespace {
 
-
 std::string var(const char* name) {
   const char* v = std::getenv(name);
   return v ? v : "<unset>";
 }
 
+// The words after DIR in `env` mode, joined by spaces: what the launcher passed through.
+std::string g_args;
+
 // DIR/env_<restart>_<rank>_<pid>: one KEY=value per line, every variable of the environment
-// (the interop test compares the whole set a launcher adds), less multi-line values.
+// (the interop test compares the whole set a launcher adds) less multi-line values, ARGS last.
 void record(const std::string& dir) {
   const std::string path = dir + "/env_" + var("TORCHELASTIC_RESTART_COUNT") + "_" + var("RANK") +
                            "_" + std::to_string(getpid());
@@ -42,6 +44,7 @@ void record(const std::string& dir) {
   for (char** e = environ; *e != nullptr; ++e) {
     if (std::strchr(*e, '\n') == nullptr) out << *e << "\n";
   }
+  out << "ARGS=" << g_args << "\n";
   out.close();
   std::rename((path + ".tmp").c_str(), path.c_str());  // readers never see half a file
 }
@@ -91,6 +94,7 @@ int main(int argc, char** argv) {
   const std::string mode = argc > 1 ? argv[1] : "";
   const std::string arg2 = argc > 2 ? argv[2] : "", arg3 = argc > 3 ? argv[3] : "";
   if (mode == "env") {
+    for (int i = 3; i < argc; ++i) g_args += std::string(i > 3 ? " " : "") + argv[i];
     record(arg2);
     return 0;
   }

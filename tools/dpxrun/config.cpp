@@ -1,8 +1,10 @@
 #include "config.h"
 
+#include <CLI/CLI.hpp>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdlib>
 #include <functional>
 #include <random>
@@ -16,7 +18,11 @@ struct Flag {
   const char* name;  // canonical, underscored: the PET_ variable is PET_<NAME upper-cased>
   bool takes_value;
   std::function<void(Config&, const std::string&)> apply;
+  const char* help;
+  const char* short_name = "";  // "-r" for --redirects
 };
+
+constexpr double kMaxSeconds = 1e8;
 
 [[noreturn]] void fail(const std::string& msg) { throw UsageError(msg); }
 
@@ -40,8 +46,11 @@ double to_seconds(const std::string& flag, const std::string& v) {
   } catch (const std::exception&) {
     used = 0;
   }
-  if (used == 0 || used != v.size() || x < 0) {
-    fail("--" + flag + " expects a number of seconds >= 0, got '" + v + "'");
+  // Note [Finite durations]: nan compares false with everything, so a plain `x < 0` check lets
+  // it through, and the agent's waits then never end; inf and huge values overflow the clock
+  // arithmetic of a deadline. A bound of 1e8 s (three years) leaves every deadline finite.
+  if (used == 0 || used != v.size() || !std::isfinite(x) || x < 0 || x > kMaxSeconds) {
+    fail("--" + flag + " expects a number of seconds from 0 to 1e8, got '" + v + "'");
   }
   return x;
 }
@@ -135,75 +144,111 @@ void parse_rdzv_conf(Config& c, const std::string& v) {
 
 const std::vector<Flag>& flags() {
   static const std::vector<Flag> table = {
-      {"nnodes", true, parse_nnodes},
-      {"nproc_per_node", true, parse_nproc},
-      {"rdzv_backend", true, [](Config& c, const std::string& v) {
+      {"nnodes", true, parse_nnodes, "N or MIN:MAX nodes (default 1)"},
+      {"nproc_per_node", true, parse_nproc, "workers per node: N, cpu or auto (default 1)"},
+      {"rdzv_backend", true,
+       [](Config& c, const std::string& v) {
          if (v != "static" && v != "c10d") {
            fail("--rdzv-backend '" + v + "': dpxrun supports static and c10d");
          }
          c.rdzv_backend = v;
-       }},
-      {"rdzv_endpoint", true, parse_endpoint},
-      {"rdzv_id", true, [](Config& c, const std::string& v) { c.rdzv_id = v; }},
-      {"rdzv_conf", true, parse_rdzv_conf},
+       },
+       "static (default) or c10d"},
+      {"rdzv_endpoint", true, parse_endpoint, "HOST[:PORT] of the rendezvous (port 29400)"},
+      {"rdzv_id", true, [](Config& c, const std::string& v) { c.rdzv_id = v; },
+       "the job's id; every node gives the same"},
+      {"rdzv_conf", true, parse_rdzv_conf,
+       "join_timeout=S,last_call_timeout=S,close_timeout=S"},
       {"standalone", false,
-       [](Config& c, const std::string& v) { c.standalone = to_bool("--standalone", v); }},
-      {"max_restarts", true, [](Config& c, const std::string& v) {
+       [](Config& c, const std::string& v) { c.standalone = to_bool("--standalone", v); },
+       "one node, a fresh rendezvous on a free port"},
+      {"max_restarts", true,
+       [](Config& c, const std::string& v) {
          c.max_restarts = to_int("max-restarts", v);
          if (c.max_restarts < 0) fail("--max-restarts must be >= 0");
-       }},
-      {"monitor_interval", true, [](Config& c, const std::string& v) {
+       },
+       "restarts of the worker group before failing (default 0)"},
+      {"monitor_interval", true,
+       [](Config& c, const std::string& v) {
          c.monitor_interval = to_seconds("monitor-interval", v);
          if (c.monitor_interval <= 0) fail("--monitor-interval must be > 0");
-       }},
-      {"node_rank", true, [](Config& c, const std::string& v) {
+       },
+       "seconds between checks of the workers (default 0.1)"},
+      {"node_rank", true,
+       [](Config& c, const std::string& v) {
          c.node_rank = to_int("node-rank", v);
          if (c.node_rank < 0) fail("--node-rank must be >= 0");
-       }},
-      {"master_addr", true, [](Config& c, const std::string& v) { c.master_addr = v; }},
-      {"master_port", true, [](Config& c, const std::string& v) {
+       },
+       "this node's rank (static rendezvous)"},
+      {"master_addr", true, [](Config& c, const std::string& v) { c.master_addr = v; },
+       "rank 0's host (static rendezvous; default 127.0.0.1)"},
+      {"master_port", true,
+       [](Config& c, const std::string& v) {
          c.master_port = to_int("master-port", v);
          if (c.master_port <= 0 || c.master_port > 65535) fail("--master-port out of range: " + v);
-       }},
-      {"role", true, [](Config& c, const std::string& v) { c.role = v; }},
-      {"log_dir", true, [](Config& c, const std::string& v) { c.log_dir = v; }},
+       },
+       "rank 0's port (static rendezvous; default 29500)"},
+      {"role", true, [](Config& c, const std::string& v) { c.role = v; },
+       "the workers' role name (default 'default')"},
+      {"log_dir", true, [](Config& c, const std::string& v) { c.log_dir = v; },
+       "keep each worker's stdout/stderr under this directory"},
       {"redirects", true,
-       [](Config& c, const std::string& v) { c.redirects = parse_streams("--redirects", v); }},
-      {"tee", true, [](Config& c, const std::string& v) { c.tee = parse_streams("--tee", v); }},
+       [](Config& c, const std::string& v) { c.redirects = parse_streams("--redirects", v); },
+       "streams to the log files only: 0-3 or LOCAL_RANK:0-3,...", "-r"},
+      {"tee", true, [](Config& c, const std::string& v) { c.tee = parse_streams("--tee", v); },
+       "streams to the console and the log files: 0-3 or LOCAL_RANK:0-3,...", "-t"},
       // A C++ launcher always executes PROGRAM itself; these are accepted so that torchrun
       // command lines work unchanged.
-      {"no_python", false, [](Config&, const std::string& v) { to_bool("--no-python", v); }},
-      {"module", false, [](Config&, const std::string& v) { to_bool("--module", v); }},
-      {"start_method", true, [](Config&, const std::string& v) {
+      {"no_python", false, [](Config&, const std::string& v) { to_bool("--no-python", v); },
+       "accepted for torchrun's sake: PROGRAM is always executed"},
+      {"module", false, [](Config&, const std::string& v) { to_bool("--module", v); },
+       "accepted for torchrun's sake", "-m"},
+      {"start_method", true,
+       [](Config&, const std::string& v) {
          if (v != "spawn" && v != "fork" && v != "forkserver") fail("--start-method '" + v + "'");
-       }},
+       },
+       "accepted for torchrun's sake: spawn, fork or forkserver"},
       {"stop_grace", true,
-       [](Config& c, const std::string& v) { c.stop_grace = to_seconds("stop-grace", v); }},
-      {"heartbeat_timeout", true, [](Config& c, const std::string& v) {
+       [](Config& c, const std::string& v) { c.stop_grace = to_seconds("stop-grace", v); },
+       "seconds between SIGTERM and SIGKILL when stopping workers (default 30)"},
+      {"heartbeat_timeout", true,
+       [](Config& c, const std::string& v) {
          c.heartbeat_timeout = to_seconds("heartbeat-timeout", v);
-       }},
-      {"exit_barrier_timeout", true, [](Config& c, const std::string& v) {
+       },
+       "restart workers whose heartbeat stalls this long (default 0: off)"},
+      {"exit_barrier_timeout", true,
+       [](Config& c, const std::string& v) {
          c.exit_barrier_timeout = to_seconds("exit-barrier-timeout", v);
-       }},
+       },
+       "seconds to wait for the other nodes at the end (default 300)"},
   };
   return table;
 }
 
-const Flag* find_flag(const std::string& name) {
-  for (const auto& f : flags()) {
-    if (name == f.name) return &f;
-  }
-  return nullptr;
+std::string dashed(std::string name) {
+  std::replace(name.begin(), name.end(), '_', '-');
+  return name;
 }
 
-std::string canonical(const std::string& arg) {
-  if (arg == "-r") return "redirects";
-  if (arg == "-t") return "tee";
-  if (arg == "-m") return "module";
-  std::string s = arg.substr(2);
-  std::replace(s.begin(), s.end(), '-', '_');
-  return s;
+std::string pet_variable(const std::string& name) {
+  std::string var = "PET_" + name;
+  std::transform(var.begin(), var.end(), var.begin(), ::toupper);
+  return var;
 }
+
+// Help lists each flag once, dashed; the underscored spelling and PET_<NAME> are in the footer.
+class HelpFormatter : public CLI::Formatter {
+ public:
+  std::string make_usage(const CLI::App*, std::string) const override {
+    return "Usage: dpxrun [FLAGS] PROGRAM [ARGS...]\n";
+  }
+  std::string make_option_name(const CLI::Option* opt, bool is_positional) const override {
+    if (is_positional) return opt->get_name(true, false);
+    std::string out;
+    for (const auto& s : opt->get_snames()) out += "-" + s + ", ";
+    return out + "--" + opt->get_lnames().front();
+  }
+};
 
 std::string random_id() {
   std::random_device rd;
@@ -252,65 +297,48 @@ int StreamSelect::for_rank(int local_rank) const {
 }
 
 Config parse_config(const std::vector<std::string>& args) {
-  std::map<std::string, std::string> given;
-  size_t i = 0;
-  for (; i < args.size(); ++i) {
-    const std::string& a = args[i];
-    if (a == "--") {
-      ++i;
-      break;
-    }
-    if (a.empty() || a[0] != '-' || a == "-") break;  // PROGRAM
-    if (a == "-h" || a == "--help") throw HelpRequested();
-    if (a.size() > 2 && a[1] != '-' && (a[1] == 'r' || a[1] == 't')) {  // "-r3", as argparse
-      given[canonical(a.substr(0, 2))] = a.substr(2);
-      continue;
-    }
-    const bool is_short = a.size() == 2 && a[1] != '-';
-    const auto eq = is_short ? std::string::npos : a.find('=');
-    const std::string name = canonical(eq == std::string::npos ? a : a.substr(0, eq));
-    const Flag* f = find_flag(name);
-    if (f == nullptr || (is_short && a != "-r" && a != "-t" && a != "-m")) {
-      fail("unknown flag '" + a + "'\n" + usage());
-    }
-    if (!f->takes_value) {
-      given[name] = eq == std::string::npos ? "1" : a.substr(eq + 1);
-    } else if (eq != std::string::npos) {
-      given[name] = a.substr(eq + 1);
-    } else if (i + 1 < args.size()) {
-      given[name] = args[++i];
-    } else {
-      fail("flag '" + a + "' needs a value");
-    }
+  CLI::App app("Starts PROGRAM on every worker of a node as torchrun does; exit code 0 iff the "
+               "job succeeded.",
+               "dpxrun");
+  app.formatter(std::make_shared<HelpFormatter>());
+  app.footer("PROGRAM and its ARGS are passed on untouched. Every flag is also spelled with\n"
+             "underscores (--nproc_per_node) and read from PET_<NAME> (PET_NPROC_PER_NODE=2)\n"
+             "when not given. See docs/launcher.md.");
+  // Note [Program arguments]: prefix_command() stops at the first word that is not a flag or a
+  // flag's value: that word is PROGRAM, and it and everything after it are left as they are.
+  app.prefix_command();
+  std::map<std::string, std::string> values;
+  std::vector<std::pair<const Flag*, CLI::Option*>> options;
+  for (const auto& f : flags()) {
+    std::string names = std::string(f.short_name) + (*f.short_name ? "," : "") + "--" +
+                        dashed(f.name);
+    if (dashed(f.name) != f.name) names += std::string(",--") + f.name;
+    CLI::Option* o = f.takes_value ? app.add_option(names, values[f.name], f.help)
+                                   : app.add_flag(names, values[f.name], f.help);
+    o->envname(pet_variable(f.name))->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
+    if (f.takes_value) o->type_name("VALUE");
+    options.emplace_back(&f, o);
+  }
+  std::vector<std::string> reversed(args.rbegin(), args.rend());  // CLI11 pops from the back
+  try {
+    app.parse(reversed);
+  } catch (const CLI::CallForHelp&) {
+    throw HelpRequested(app.help());
+  } catch (const CLI::ParseError& e) {
+    fail(e.what());
   }
   Config c;
-  c.program.assign(args.begin() + static_cast<long>(std::min(i, args.size())), args.end());
-  for (const auto& f : flags()) {
-    auto it = given.find(f.name);
-    if (it != given.end()) {
-      f.apply(c, it->second);
-      continue;
-    }
-    std::string var = "PET_" + std::string(f.name);
-    std::transform(var.begin(), var.end(), var.begin(), ::toupper);
-    if (const char* v = std::getenv(var.c_str())) {
-      f.apply(c, v);
-    }
+  c.program = app.remaining();
+  if (!c.program.empty() && c.program.front() == "--") {
+    c.program.erase(c.program.begin());
+  } else if (!c.program.empty() && c.program.front().size() > 1 && c.program.front()[0] == '-') {
+    fail("unknown flag '" + c.program.front() + "'");  // prefix_command() let it through
+  }
+  for (const auto& [flag, option] : options) {
+    if (option->count() > 0) flag->apply(c, values[flag->name]);
   }
   finish(c);
   return c;
-}
-
-std::string usage() {
-  return "usage: dpxrun [--nnodes N|MIN:MAX] [--nproc-per-node N|cpu|auto] [--standalone]\n"
-         "              [--rdzv-backend static|c10d] [--rdzv-endpoint HOST[:PORT]] [--rdzv-id ID]\n"
-         "              [--rdzv-conf join_timeout=S,last_call_timeout=S,close_timeout=S]\n"
-         "              [--max-restarts N] [--monitor-interval S] [--node-rank R]\n"
-         "              [--master-addr A] [--master-port P] [--role NAME] [--log-dir DIR]\n"
-         "              [-r|--redirects SPEC] [-t|--tee SPEC] [--no-python] [-m]\n"
-         "              [--stop-grace S] [--heartbeat-timeout S] [--exit-barrier-timeout S]\n"
-         "              PROGRAM [ARGS...]\n"
-         "Every flag also reads PET_<NAME> (e.g. PET_NPROC_PER_NODE=2); see docs/launcher.md.";
 }
 
 }  // namespace dpxrun

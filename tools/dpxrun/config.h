@@ -56,15 +56,14 @@ class UsageError : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
-// -h / --help: print usage() and exit 0.
+// -h / --help: what() is the help text; print it and exit 0.
 class HelpRequested : public std::runtime_error {
  public:
-  HelpRequested() : std::runtime_error("help") {}
+  using std::runtime_error::runtime_error;
 };
 
-// argv without argv[0]; env is looked up through getenv. Throws UsageError.
+// argv without argv[0]; env is looked up through getenv. Throws UsageError (one line, no
+// newline) or HelpRequested.
 Config parse_config(const std::vector<std::string>& args);
-
-std::string usage();
 
 }  // namespace dpxrun

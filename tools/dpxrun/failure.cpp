@@ -1,79 +1,12 @@
 #include "failure.h"
 
+#include <nlohmann/json.hpp>
+
 #include <fstream>
-#include <map>
-#include <memory>
 #include <sstream>
 
 namespace dpxrun {
 namespace {
-
-// Just enough JSON for error files: objects, strings, and other scalars kept as text.
-struct Json {
-  std::string text;
-  std::map<std::string, Json> object;
-  bool is_object = false;
-};
-
-class Parser {
- public:
-  explicit Parser(const std::string& s) : s_(s) {}
-  bool parse(Json& out) {
-    skip();
-    return value(out);
-  }
-
- private:
-  void skip() {
-    while (i_ < s_.size() && std::isspace(static_cast<unsigned char>(s_[i_]))) ++i_;
-  }
-  bool string(std::string& out) {
-    if (i_ >= s_.size() || s_[i_] != '"') return false;
-    for (++i_; i_ < s_.size() && s_[i_] != '"'; ++i_) {
-      char c = s_[i_];
-      if (c == '\\' && i_ + 1 < s_.size()) {
-        c = s_[++i_];
-        if (c == 'n') c = '\n';
-        else if (c == 't') c = '\t';
-        else if (c == 'r') c = '\r';
-        else if (c == 'u' && i_ + 4 < s_.size()) {
-          c = static_cast<char>(std::stoi(s_.substr(i_ + 1, 4), nullptr, 16) & 0x7f);
-          i_ += 4;
-        }
-      }
-      out += c;
-    }
-    return i_++ < s_.size();
-  }
-  bool value(Json& out) {
-    skip();
-    if (i_ >= s_.size()) return false;
-    if (s_[i_] == '"') return string(out.text);
-    if (s_[i_] == '{') {
-      out.is_object = true;
-      ++i_;
-      skip();
-      if (i_ < s_.size() && s_[i_] == '}') return ++i_, true;
-      while (true) {
-        skip();
-        std::string k;
-        if (!string(k)) return false;
-        skip();
-        if (i_ >= s_.size() || s_[i_++] != ':') return false;
-        if (!value(out.object[k])) return false;
-        skip();
-        if (i_ < s_.size() && s_[i_] == ',') { ++i_; continue; }
-        return i_ < s_.size() && s_[i_++] == '}';
-      }
-    }
-    const size_t start = i_;  // number, true, false, null (arrays are not expected)
-    while (i_ < s_.size() && s_[i_] != ',' && s_[i_] != '}') ++i_;
-    out.text = s_.substr(start, i_ - start);
-    return true;
-  }
-  const std::string& s_;
-  size_t i_ = 0;
-};
 
 std::string format_time(std::time_t t) {
   char buf[64];
@@ -102,32 +35,40 @@ void describe(std::ostringstream& o, int index, const Failure& f) {
     << "  traceback : " << indent(f.message) << "\n";
 }
 
+// The timestamp is a string of unix seconds in torchelastic's files; a number is taken too.
+std::time_t timestamp_of(const nlohmann::json& stamp) {
+  if (stamp.is_number_integer()) return stamp.get<std::time_t>();
+  if (!stamp.is_string()) return 0;
+  try {
+    return static_cast<std::time_t>(std::stol(stamp.get<std::string>()));
+  } catch (const std::exception&) {
+    return 0;
+  }
+}
+
 }  // namespace
 
 bool read_error_file(const std::string& path, std::string& message, std::time_t& timestamp) {
   std::ifstream in(path);
   if (!in) return false;
-  std::stringstream ss;
-  ss << in.rdbuf();
-  const std::string text = ss.str();
-  Json root;
-  if (!Parser(text).parse(root) || !root.is_object || !root.object.count("message")) return false;
-  const Json& m = root.object.at("message");
-  const Json* stamp = nullptr;
-  if (m.is_object) {
-    message = m.object.count("message") ? m.object.at("message").text : "";
-    auto extra = m.object.find("extraInfo");
-    if (extra != m.object.end() && extra->second.object.count("timestamp")) {
-      stamp = &extra->second.object.at("timestamp");
+  const auto root = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
+  if (!root.is_object() || !root.contains("message")) return false;
+  const auto& m = root["message"];
+  const nlohmann::json* stamp = nullptr;
+  if (m.is_object()) {
+    const auto inner = m.find("message");
+    message = inner != m.end() && inner->is_string() ? inner->get<std::string>() : "";
+    if (m.contains("extraInfo") && m["extraInfo"].is_object() &&
+        m["extraInfo"].contains("timestamp")) {
+      stamp = &m["extraInfo"]["timestamp"];
     }
+  } else if (m.is_string()) {
+    message = m.get<std::string>();
+    if (root.contains("timestamp")) stamp = &root["timestamp"];
   } else {
-    message = m.text;
-    if (root.object.count("timestamp")) stamp = &root.object.at("timestamp");
+    return false;
   }
-  try {
-    if (stamp != nullptr && !stamp->text.empty()) timestamp = std::stol(stamp->text);
-  } catch (const std::exception&) {
-  }
+  if (stamp != nullptr) timestamp = timestamp_of(*stamp);
   return true;
 }
 

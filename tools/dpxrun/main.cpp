@@ -1,4 +1,4 @@
-// dpxrun: starts PROGRAM as torchrun would (spec/launcher.md); exit code 0 iff the job succeeded.
+// dpxrun: starts PROGRAM as torchrun would (docs/launcher.md); exit code 0 iff the job succeeded.
 #include <cstdio>
 #include <exception>
 
@@ -9,11 +9,11 @@ int main(int argc, char** argv) {
   dpxrun::Config config;
   try {
     config = dpxrun::parse_config(std::vector<std::string>(argv + 1, argv + argc));
-  } catch (const dpxrun::HelpRequested&) {
-    std::printf("%s\n", dpxrun::usage().c_str());
+  } catch (const dpxrun::HelpRequested& help) {
+    std::printf("%s", help.what());
     return 0;
   } catch (const dpxrun::UsageError& e) {
-    std::fprintf(stderr, "dpxrun: error: %s\n", e.what());
+    std::fprintf(stderr, "dpxrun: error: %s (see dpxrun --help)\n", e.what());
     return 2;
   }
   try {

@@ -4,10 +4,9 @@
 #include <chrono>
 #include <condition_variable>
 #include <exception>
-#include <functional>
 #include <memory>
 #include <mutex>
-#include <vector>
+#include <string>
 
 namespace dpx {
 
@@ -30,8 +29,7 @@ class Work {
   std::chrono::milliseconds default_timeout_;
 };
 
-// A Work that a backend's own thread completes with complete(). Callbacks added with
-// then() run on the completing thread (or at once if already complete).
+// A Work that a backend's own thread completes with complete().
 class CompletionWork : public Work {
  public:
   CompletionWork(std::chrono::milliseconds default_timeout, std::string where);
@@ -42,7 +40,6 @@ class CompletionWork : public Work {
   std::exception_ptr exception() override;
 
   void complete(std::exception_ptr error = nullptr);
-  void then(std::function<void(std::exception_ptr)> callback);
 
  private:
   std::string where_;
@@ -50,7 +47,6 @@ class CompletionWork : public Work {
   std::condition_variable done_cv_;
   bool done_ = false;
   std::exception_ptr error_;
-  std::vector<std::function<void(std::exception_ptr)>> callbacks_;
 };
 
 }  // namespace dpx

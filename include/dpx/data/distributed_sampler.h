@@ -1,5 +1,5 @@
 // DistributedSampler with exactly the semantics of PyTorch's torch.utils.data.DistributedSampler
-// (spec/sampler.md), usable as the sampler of LibTorch's data loader.
+// (docs/data.md), usable as the sampler of LibTorch's data loader.
 //
 // Note [Shared sampler state]
 // torch::data::make_data_loader takes its sampler by value, so a plain sampler object would leave
@@ -40,7 +40,9 @@ class DistributedSampler : public torch::data::samplers::Sampler<std::vector<siz
   // `position` (the number of this rank's samples already consumed).
   void resume(std::int64_t epoch, size_t position);
 
-  // This rank's indices of the current epoch, in order (spec/sampler.md steps 1-3).
+  // This rank's indices of the current epoch, in order: the epoch's permutation (or 0..n-1),
+  // padded by repetition (or truncated with drop_last) to a multiple of the replicas, then every
+  // num_replicas-th index from `rank`.
   std::vector<size_t> indices() const;
   // How many indices this rank yields per epoch (Python's len(sampler)).
   size_t num_samples() const;

@@ -1,17 +1,17 @@
 // DataParallel: one process, the batch split across replicas of the module that run at once in
 // threads (CPU replicas here; GPUs on CUDA builds), as torch.nn.DataParallel.
 //
-//   auto net = std::make_shared<NetImpl>();   // any torch::nn::Cloneable
+//   Net net;                                   // a TORCH_MODULE of any torch::nn::Cloneable
 //   dpx::DataParallelOptions options;
 //   options.cpu_replicas = 2;
 //   dpx::DataParallel dp(net, options);
-//   auto loss = torch::nll_loss(dp.forward(images), labels);
+//   auto loss = torch::nll_loss(dp->forward(images), labels);
 //   loss.backward();   // gradients of both replicas summed into net's parameters
 //
 // Each forward: (1) scatter the arguments' tensors along `dim`; (2) point the replicas at the
 // module's current parameters and buffers; (3) run replica i on chunk i in its own thread;
 // (4) gather the outputs on the output device. The backward runs the replicas' graphs in
-// parallel too (Note [Parallel backward] in src/parallel/data_parallel_backward.h).
+// parallel too, each replica's part in its own thread (docs/data_parallel.md).
 #pragma once
 
 #include <torch/torch.h>
@@ -59,7 +59,7 @@ class DataParallelCore {
   torch::Device output_device() const { return output_device_; }
   int64_t dim() const { return dim_; }
   int64_t threads_per_replica() const;
-  // Drops the kept replicas; the next forward clones the module again (Note [Replica cache]).
+  // Drops the kept replicas; the next forward clones the module again.
   void reset_replicas();
 
  private:
@@ -71,65 +71,40 @@ class DataParallelCore {
   torch::Device output_device_;
   int64_t dim_;
   std::shared_ptr<ReplicaThreads> threads_;
-  std::vector<std::shared_ptr<torch::nn::Module>> replicas_;  // Note [Replica cache]
+  // Kept between forwards, re-pointed at the module's current tensors each time.
+  std::vector<std::shared_ptr<torch::nn::Module>> replicas_;
 };
-
-// The module class behind a std::shared_ptr<Impl> or a TORCH_MODULE holder.
-template <typename T, typename = void>
-struct ImplOf;
-template <typename T>
-struct ImplOf<std::shared_ptr<T>> {
-  using type = T;
-};
-template <typename T>
-struct ImplOf<T, std::void_t<typename T::ContainedType>> {
-  using type = typename T::ContainedType;
-};
-
-template <typename T>
-std::shared_ptr<T> module_ptr(const std::shared_ptr<T>& module) {
-  return module;
-}
-template <typename T>
-std::shared_ptr<T> module_ptr(const torch::nn::ModuleHolder<T>& module) {
-  return module.ptr();
-}
 
 }  // namespace detail
 
-// Wraps a module (a std::shared_ptr<Impl> or a TORCH_MODULE holder) whose class is a
-// torch::nn::Cloneable. forward() takes the module's own arguments: tensors are split along
-// `dim`, also inside tuples, vectors and maps; other values go to every replica. The result has
-// the module's result type with its tensors gathered. DataParallel is itself a module holding the
-// wrapped one as "module", so its parameters and state_dict keys read "module.*" as in PyTorch.
-template <typename ModuleType>
-class DataParallel : public torch::nn::Module {
+// The module behind the DataParallel holder; M is the wrapped module's class (NetImpl for a
+// TORCH_MODULE(Net)), a torch::nn::Cloneable. forward() takes the module's own arguments: tensors
+// are split along `dim`, also inside tuples, vectors and maps; other values go to every replica.
+// The result has the module's result type with its tensors gathered. The wrapped module is this
+// module's child "module", so parameters and state_dict keys read "module.*" as in PyTorch.
+template <typename M>
+class DataParallelImpl : public torch::nn::Module {
  public:
-  using Impl = typename detail::ImplOf<std::decay_t<ModuleType>>::type;
-
-  explicit DataParallel(const ModuleType& module, const DataParallelOptions& options = {})
-      : module_(register_module("module", detail::module_ptr(module))),
-        core_(module_, options) {}
+  explicit DataParallelImpl(std::shared_ptr<M> module, const DataParallelOptions& options = {})
+      : module_(register_module("module", std::move(module))), core_(module_, options) {}
+  explicit DataParallelImpl(const torch::nn::ModuleHolder<M>& module,
+                            const DataParallelOptions& options = {})
+      : DataParallelImpl(module.ptr(), options) {}
 
   template <typename... Args>
   auto forward(Args&&... args) {
-    using Result = decltype(std::declval<Impl&>().forward(std::forward<Args>(args)...));
+    using Result = decltype(std::declval<M&>().forward(std::forward<Args>(args)...));
     static_assert(!std::is_void_v<Result>, "DataParallel needs a forward() that returns a value");
     auto packed = c10::ivalue::Tuple::create({detail::to_ivalue<std::decay_t<Args>>(args)...});
     auto call = [](torch::nn::Module& replica, const c10::IValue& in) -> c10::IValue {
       return detail::to_ivalue(
-          invoke<Args...>(dynamic_cast<Impl&>(replica), in, std::index_sequence_for<Args...>{}));
+          invoke<Args...>(dynamic_cast<M&>(replica), in, std::index_sequence_for<Args...>{}));
     };
     return detail::from_ivalue<std::decay_t<Result>>(core_.forward(packed, call));
   }
 
-  template <typename... Args>
-  auto operator()(Args&&... args) {
-    return forward(std::forward<Args>(args)...);
-  }
-
   // The wrapped module (PyTorch's DataParallel.module).
-  const std::shared_ptr<Impl>& module() const { return module_; }
+  const std::shared_ptr<M>& module() const { return module_; }
   const std::vector<torch::Device>& devices() const { return core_.devices(); }
   torch::Device output_device() const { return core_.output_device(); }
   int64_t threads_per_replica() const { return core_.threads_per_replica(); }
@@ -139,18 +114,37 @@ class DataParallel : public torch::nn::Module {
 
  private:
   template <typename... Args, size_t... I>
-  static auto invoke(Impl& replica, const c10::IValue& in, std::index_sequence<I...>) {
+  static auto invoke(M& replica, const c10::IValue& in, std::index_sequence<I...>) {
     const auto& e = in.toTupleRef().elements();
     return replica.forward(detail::from_ivalue<std::decay_t<Args>>(e[I])...);
   }
 
-  std::shared_ptr<Impl> module_;
+  std::shared_ptr<M> module_;
   detail::DataParallelCore core_;
 };
 
-template <typename T>
-DataParallel(std::shared_ptr<T>) -> DataParallel<std::shared_ptr<T>>;
-template <typename T>
-DataParallel(std::shared_ptr<T>, DataParallelOptions) -> DataParallel<std::shared_ptr<T>>;
+// A torch::nn::ModuleHolder, as TORCH_MODULE makes: `dp->forward(x)`, `dp(x)`,
+// `dp->parameters()`; copies share one DataParallel.
+template <typename M>
+class DataParallel : public torch::nn::ModuleHolder<DataParallelImpl<M>> {
+ public:
+  using torch::nn::ModuleHolder<DataParallelImpl<M>>::ModuleHolder;
+
+  // ModuleHolder's own operator() finds forward() by taking its address, which a template
+  // forward() does not have; this one calls it directly.
+  template <typename... Args>
+  auto operator()(Args&&... args) {
+    return this->get()->forward(std::forward<Args>(args)...);
+  }
+};
+
+template <typename M>
+DataParallel(std::shared_ptr<M>) -> DataParallel<M>;
+template <typename M>
+DataParallel(std::shared_ptr<M>, DataParallelOptions) -> DataParallel<M>;
+template <typename M>
+DataParallel(torch::nn::ModuleHolder<M>) -> DataParallel<M>;
+template <typename M>
+DataParallel(torch::nn::ModuleHolder<M>, DataParallelOptions) -> DataParallel<M>;
 
 }  // namespace dpx

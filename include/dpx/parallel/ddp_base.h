@@ -20,7 +20,10 @@ namespace detail {
 class Reducer;
 }
 
-class DdpBase {
+// A torch::nn::Module holding the wrapped module as its child "module", so parameters(),
+// named_parameters() ("module.*" as in PyTorch), train()/eval(), zero_grad() and torch::save work
+// as on any LibTorch module.
+class DdpBase : public torch::nn::Module {
  public:
   // Restores gradient synchronisation when it goes out of scope (see no_sync()).
   class NoSyncGuard {
@@ -59,19 +62,10 @@ class DdpBase {
 
   const std::shared_ptr<ProcessGroup>& process_group() const { return pg_; }
   const DistributedDataParallelOptions& options() const { return options_; }
-  std::vector<at::Tensor> parameters(bool recurse = true) const {
-    return base_module_->parameters(recurse);
-  }
-  torch::OrderedDict<std::string, at::Tensor> named_parameters(bool recurse = true) const {
-    return base_module_->named_parameters(recurse);
-  }
-  void train(bool on = true) { base_module_->train(on); }
-  void eval() { base_module_->eval(); }
-  bool is_training() const { return base_module_->is_training(); }
-  void zero_grad() { base_module_->zero_grad(); }
 
  protected:
-  // Around the wrapped forward (Note [Reducer iteration] in src/parallel/reducer.h).
+  // Around the wrapped forward: pre_forward() syncs buffers and readies the reducer for a
+  // backward; post_forward() finds the unused parameters among `outputs` when asked to.
   void pre_forward();
   void post_forward(const std::vector<at::Tensor>& outputs);
 

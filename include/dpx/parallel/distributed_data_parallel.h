@@ -4,8 +4,8 @@
 //   auto pg = dpx::init_process_group();
 //   Net net;                                   // any torch::nn::Module, held the LibTorch way
 //   dpx::DistributedDataParallel ddp(net, pg); // checks the model, broadcasts rank 0's state
-//   torch::optim::SGD opt(ddp.parameters(), 0.1);
-//   auto loss = loss_fn(ddp->forward(x), y);
+//   torch::optim::SGD opt(ddp->parameters(), 0.1);
+//   auto loss = loss_fn(ddp->forward(x), y);   // or ddp(x)
 //   loss.backward();                           // gradients arrive averaged in .grad
 //   opt.step();
 #pragma once
@@ -67,16 +67,19 @@ void collect_tensors(const std::unordered_map<K, V>& m, std::vector<at::Tensor>&
 
 }  // namespace detail
 
-template <typename ModuleType>
-class DistributedDataParallel : public DdpBase {
+// The module behind the DistributedDataParallel holder; M is the wrapped module's class (NetImpl
+// for a TORCH_MODULE(Net)).
+template <typename M>
+class DistributedDataParallelImpl : public DdpBase {
  public:
-  DistributedDataParallel(std::shared_ptr<ModuleType> module, std::shared_ptr<ProcessGroup> pg,
-                          DistributedDataParallelOptions options = {})
-      : DdpBase(module, std::move(pg), options), module_(std::move(module)) {}
-  DistributedDataParallel(const torch::nn::ModuleHolder<ModuleType>& module,
-                          std::shared_ptr<ProcessGroup> pg,
-                          DistributedDataParallelOptions options = {})
-      : DistributedDataParallel(module.ptr(), std::move(pg), options) {}
+  DistributedDataParallelImpl(std::shared_ptr<M> module, std::shared_ptr<ProcessGroup> pg,
+                              DistributedDataParallelOptions options = {})
+      : DdpBase(module, std::move(pg), options),
+        module_(register_module("module", std::move(module))) {}
+  DistributedDataParallelImpl(const torch::nn::ModuleHolder<M>& module,
+                              std::shared_ptr<ProcessGroup> pg,
+                              DistributedDataParallelOptions options = {})
+      : DistributedDataParallelImpl(module.ptr(), std::move(pg), options) {}
 
   // Forwards any arguments to the wrapped module's forward.
   template <typename... Args>
@@ -88,19 +91,28 @@ class DistributedDataParallel : public DdpBase {
     post_forward(tensors);
     return out;
   }
-  template <typename... Args>
-  auto operator()(Args&&... args) {
-    return forward(std::forward<Args>(args)...);
-  }
 
-  // So that `ddp->forward(x)` reads like a LibTorch module holder.
-  DistributedDataParallel* operator->() { return this; }
-
-  // The wrapped module: save it, evaluate it, or hand it to code that wants the plain module.
-  const std::shared_ptr<ModuleType>& module() const { return module_; }
+  // The wrapped module (PyTorch's DistributedDataParallel.module): save it, evaluate it, or hand
+  // it to code that wants the plain module.
+  const std::shared_ptr<M>& module() const { return module_; }
 
  private:
-  std::shared_ptr<ModuleType> module_;
+  std::shared_ptr<M> module_;
+};
+
+// A torch::nn::ModuleHolder, as TORCH_MODULE makes: `ddp->forward(x)`, `ddp(x)`,
+// `ddp->parameters()`, `ddp->no_sync()`; copies share one DDP.
+template <typename M>
+class DistributedDataParallel : public torch::nn::ModuleHolder<DistributedDataParallelImpl<M>> {
+ public:
+  using torch::nn::ModuleHolder<DistributedDataParallelImpl<M>>::ModuleHolder;
+
+  // ModuleHolder's own operator() finds forward() by taking its address, which a template
+  // forward() does not have; this one calls it directly.
+  template <typename... Args>
+  auto operator()(Args&&... args) {
+    return this->get()->forward(std::forward<Args>(args)...);
+  }
 };
 
 template <typename M>

@@ -3,7 +3,11 @@
 
 #include "dpx/parallel/bucket_assignment.h"
 #include "dpx/parallel/comm_hooks.h"
+#include "dpx/parallel/data_parallel.h"
 #include "dpx/parallel/ddp_options.h"
 #include "dpx/parallel/ddp_stats.h"
 #include "dpx/parallel/distributed_data_parallel.h"
 #include "dpx/parallel/future.h"
+#include "dpx/parallel/parallel_apply.h"
+#include "dpx/parallel/replicate.h"
+#include "dpx/parallel/scatter_gather.h"

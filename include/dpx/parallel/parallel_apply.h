@@ -48,9 +48,6 @@ std::vector<torch::Device> replica_devices(
     const std::vector<std::shared_ptr<torch::nn::Module>>& replicas,
     const std::vector<torch::Device>& devices);
 
-// max(1, hardware threads / replicas).
-int64_t default_threads_per_replica(int64_t replicas);
-
 }  // namespace detail
 
 using ReplicaForward =
