@@ -54,7 +54,8 @@ class Store {
   std::string get(const std::string& key);
   std::int64_t add(const std::string& key, std::int64_t delta);
   // Returns the value now stored under `key`: `desired` if it held `expected` (or was unset
-  // and `expected` is empty), else the current value.
+  // and `expected` is empty), else the current value; for an unset key and a non-empty
+  // `expected`, `expected` (as c10d's TCPStore answers).
   std::string compare_set(const std::string& key, const std::string& expected,
                           const std::string& desired);
   bool check(const std::vector<std::string>& keys);
