@@ -10,6 +10,29 @@ namespace {
 std::vector<uint8_t> bytes(const std::string& s) { return {s.begin(), s.end()}; }
 std::string text(const std::vector<uint8_t>& v) { return {v.begin(), v.end()}; }
 
+class C10dImpl final : public StoreImpl {
+ public:
+  explicit C10dImpl(c10::intrusive_ptr<c10d::Store> s) : s_(std::move(s)) {}
+  void set(const std::string& k, const std::string& v) override { s_->set(k, bytes(v)); }
+  std::string get(const std::string& k) override { return text(s_->get(k)); }
+  std::int64_t add(const std::string& k, std::int64_t d) override { return s_->add(k, d); }
+  std::string compare_set(const std::string& k, const std::string& expected,
+                          const std::string& desired) override {
+    return text(s_->compareSet(k, bytes(expected), bytes(desired)));
+  }
+  bool check(const std::vector<std::string>& keys) override { return s_->check(keys); }
+  void wait(const std::vector<std::string>& keys, std::chrono::milliseconds t) override {
+    s_->wait(keys, t);
+  }
+  bool delete_key(const std::string& k) override { return s_->deleteKey(k); }
+  std::int64_t num_keys() override { return s_->getNumKeys(); }
+  void set_timeout(std::chrono::milliseconds t) override { s_->setTimeout(t); }
+  std::chrono::milliseconds timeout() const override { return s_->getTimeout(); }
+
+ private:
+  c10::intrusive_ptr<c10d::Store> s_;
+};
+
 // Forwards to the dpx::Store, whose errors are dpx's typed ones and name the store.
 class Adapter final : public c10d::Store {
  public:
@@ -43,6 +66,10 @@ class Adapter final : public c10d::Store {
 };
 
 }  // namespace
+
+std::shared_ptr<StoreImpl> wrap_c10d(c10::intrusive_ptr<c10d::Store> store) {
+  return std::make_shared<C10dImpl>(std::move(store));
+}
 
 c10::intrusive_ptr<c10d::Store> c10d_store(std::shared_ptr<Store> store) {
   return c10::make_intrusive<Adapter>(std::move(store));

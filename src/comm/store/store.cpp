@@ -6,6 +6,7 @@
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
 #include "comm/sigpipe.h"
+#include "comm/store/c10d_adapter.h"
 #include "comm/store/store_impl.h"
 #include "comm/store/tcp_client.h"
 #include "comm/store/tcp_server.h"
@@ -15,9 +16,6 @@
 namespace dpx {
 namespace {
 
-std::vector<uint8_t> bytes(const std::string& s) { return {s.begin(), s.end()}; }
-std::string text(const std::vector<uint8_t>& v) { return {v.begin(), v.end()}; }
-
 std::string join(const std::vector<std::string>& keys) {
   std::string out;
   for (const auto& k : keys) {
@@ -25,30 +23,6 @@ std::string join(const std::vector<std::string>& keys) {
   }
   return out;
 }
-
-// c10d's stores where dpx keeps them: files, hashes, and TCP stores PyTorch programs share.
-class C10dImpl final : public detail::StoreImpl {
- public:
-  explicit C10dImpl(c10::intrusive_ptr<c10d::Store> s) : s_(std::move(s)) {}
-  void set(const std::string& k, const std::string& v) override { s_->set(k, bytes(v)); }
-  std::string get(const std::string& k) override { return text(s_->get(k)); }
-  std::int64_t add(const std::string& k, std::int64_t d) override { return s_->add(k, d); }
-  std::string compare_set(const std::string& k, const std::string& expected,
-                          const std::string& desired) override {
-    return text(s_->compareSet(k, bytes(expected), bytes(desired)));
-  }
-  bool check(const std::vector<std::string>& keys) override { return s_->check(keys); }
-  void wait(const std::vector<std::string>& keys, std::chrono::milliseconds t) override {
-    s_->wait(keys, t);
-  }
-  bool delete_key(const std::string& k) override { return s_->deleteKey(k); }
-  std::int64_t num_keys() override { return s_->getNumKeys(); }
-  void set_timeout(std::chrono::milliseconds t) override { s_->setTimeout(t); }
-  std::chrono::milliseconds timeout() const override { return s_->getTimeout(); }
-
- private:
-  c10::intrusive_ptr<c10d::Store> s_;
-};
 
 std::string address(const std::string& host, int port) {
   const bool v6 = host.find(':') != std::string::npos;
@@ -84,7 +58,7 @@ std::shared_ptr<Store> Store::tcp(const TcpStoreOptions& o) {
       auto impl = c10::make_intrusive<c10d::TCPStore>(o.host, opts);
       impl->setTimeout(o.timeout);
       const auto port = impl->getPort();
-      return std::shared_ptr<Store>(new Store(std::make_shared<C10dImpl>(impl),
+      return std::shared_ptr<Store>(new Store(detail::wrap_c10d(impl),
                                               address(o.host, port), port, nullptr));
     }
     std::shared_ptr<detail::TcpServer> server;
@@ -110,12 +84,12 @@ std::shared_ptr<Store> Store::file(const std::string& path, int world_size) {
   TORCH_CHECK(world_size >= 1, "file store: world_size must be at least 1, got ", world_size);
   auto impl = c10::make_intrusive<c10d::FileStore>(path, world_size);
   return std::shared_ptr<Store>(
-      new Store(std::make_shared<C10dImpl>(impl), "file://" + path, 0, nullptr));
+      new Store(detail::wrap_c10d(impl), "file://" + path, 0, nullptr));
 }
 
 std::shared_ptr<Store> Store::hash() {
   return std::shared_ptr<Store>(new Store(
-      std::make_shared<C10dImpl>(c10::make_intrusive<c10d::HashStore>()), "hash", 0, nullptr));
+      detail::wrap_c10d(c10::make_intrusive<c10d::HashStore>()), "hash", 0, nullptr));
 }
 
 std::shared_ptr<Store> Store::prefix(const std::string& prefix, std::shared_ptr<Store> base) {

@@ -1,5 +1,5 @@
 // What every kind of store implements behind dpx::Store: dpx's own TCP store (tcp_client.h),
-// c10d's stores where dpx keeps them (store.cpp) and key prefixes (prefix_store.cpp).
+// c10d's stores where dpx keeps them (c10d_adapter.cpp) and key prefixes (prefix_store.cpp).
 #pragma once
 
 #include <chrono>

@@ -56,6 +56,8 @@ struct TcpServer::State {
   void handle_frames(Client& c);
   void handle(Client& c, const std::string& body);
   void handle_request(Client& c, std::uint8_t op, proto::Reader& r);
+  bool add(Client& c, proto::Reader& r);
+  bool compare_set(Client& c, proto::Reader& r);
   bool present(const std::vector<std::string>& keys) const;
   void answer_waiters();
   void send(Client& c, const std::string& frame);
@@ -222,40 +224,12 @@ void TcpServer::State::handle_request(Client& c, std::uint8_t op, proto::Reader&
       answer_waiters();
       return;
     }
-    case proto::kAdd: {
-      const std::string k = r.str();
-      const std::int64_t delta = r.i64();
-      if (!r.done()) break;
-      std::int64_t v = delta;
-      auto it = data.find(k);
-      if (it != data.end()) {
-        try {
-          v += std::stoll(it->second);
-        } catch (const std::exception&) {
-          send(c, error("key '" + k + "' does not hold an integer"));
-          return;
-        }
-      }
-      data[k] = std::to_string(v);
-      send(c, ok_int(v));
-      answer_waiters();
+    case proto::kAdd:
+      if (!add(c, r)) break;
       return;
-    }
-    case proto::kCompareSet: {
-      const std::string k = r.str(), expected = r.str(), desired = r.str();
-      if (!r.done()) break;
-      auto it = data.find(k);
-      if (it == data.end()) {
-        // As c10d's TCPStore: an unset key takes `desired` only when `expected` is empty.
-        if (expected.empty()) data[k] = desired;
-        send(c, ok_str(expected.empty() ? desired : expected));
-      } else {
-        if (it->second == expected) it->second = desired;
-        send(c, ok_str(it->second));
-      }
-      answer_waiters();
+    case proto::kCompareSet:
+      if (!compare_set(c, r)) break;
       return;
-    }
     case proto::kCheck: {
       const auto keys = r.strs();
       if (!r.done()) break;
@@ -276,6 +250,43 @@ void TcpServer::State::handle_request(Client& c, std::uint8_t op, proto::Reader&
       break;
   }
   c.dead = true;  // an unknown op or a malformed body: the client is not speaking dpx's protocol
+}
+
+// False when the body is malformed.
+bool TcpServer::State::add(Client& c, proto::Reader& r) {
+  const std::string k = r.str();
+  const std::int64_t delta = r.i64();
+  if (!r.done()) return false;
+  std::int64_t v = delta;
+  auto it = data.find(k);
+  if (it != data.end()) {
+    try {
+      v += std::stoll(it->second);
+    } catch (const std::exception&) {
+      send(c, error("key '" + k + "' does not hold an integer"));
+      return true;
+    }
+  }
+  data[k] = std::to_string(v);
+  send(c, ok_int(v));
+  answer_waiters();
+  return true;
+}
+
+bool TcpServer::State::compare_set(Client& c, proto::Reader& r) {
+  const std::string k = r.str(), expected = r.str(), desired = r.str();
+  if (!r.done()) return false;
+  auto it = data.find(k);
+  if (it == data.end()) {
+    // As c10d's TCPStore: an unset key takes `desired` only when `expected` is empty.
+    if (expected.empty()) data[k] = desired;
+    send(c, ok_str(expected.empty() ? desired : expected));
+  } else {
+    if (it->second == expected) it->second = desired;
+    send(c, ok_str(it->second));
+  }
+  answer_waiters();
+  return true;
 }
 
 bool TcpServer::State::present(const std::vector<std::string>& keys) const {
