@@ -77,5 +77,28 @@ TEST(LauncherStore, HalfARequestOnTheRendezvousStoreHarmsNoJob) {
   EXPECT_EQ(line, "3 2");
 }
 
+// The job token reaches the workers: the user's DPX_STORE_TOKEN, else the (random) run id.
+TEST(LauncherStore, WorkersGetTheJobToken) {
+  TempDir random_id, secret;
+  LaunchOptions none;
+  none.unset_env.push_back("DPX_STORE_TOKEN");
+  auto r = run_launcher({dpxrun_path(), "--standalone", "--nproc-per-node", "2",
+                         test_worker_path(), "env", random_id.path()},
+                        60s, none);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  for (auto& env : read_worker_envs(random_id.path())) {
+    EXPECT_FALSE(env["DPX_STORE_TOKEN"].empty());
+    EXPECT_EQ(env["DPX_STORE_TOKEN"], env["TORCHELASTIC_RUN_ID"]);
+  }
+  LaunchOptions o;
+  o.set_env["DPX_STORE_TOKEN"] = "s3cret";
+  r = run_launcher({dpxrun_path(), "--standalone", test_worker_path(), "env", secret.path()},
+                   60s, o);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  auto envs = read_worker_envs(secret.path());
+  ASSERT_EQ(envs.size(), 1u);
+  EXPECT_EQ(envs[0]["DPX_STORE_TOKEN"], "s3cret");
+}
+
 }  // namespace
 }  // namespace dpx::test

@@ -44,6 +44,8 @@ void record(const std::string& dir) {
                            "_" + std::to_string(getpid());
   std::ofstream out(path + ".tmp");
   for (const char* k : kVars) out << k << "=" << var(k) << "\n";
+  // dpxrun's own, recorded only when set: torchrun sets no such variable.
+  if (const char* token = std::getenv("DPX_STORE_TOKEN")) out << "DPX_STORE_TOKEN=" << token << "\n";
   out.close();
   std::rename((path + ".tmp").c_str(), path.c_str());  // readers never see half a file
 }
