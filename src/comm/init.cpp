@@ -6,6 +6,7 @@
 
 #include "comm/backends.h"
 #include "comm/init_url.h"
+#include "comm/store/job_token.h"
 #include "dpx/comm/errors.h"
 #include "dpx/env.h"
 
@@ -53,16 +54,21 @@ void check_resolves(const std::string& host, const char* source, int rank, int w
   TORCH_CHECK(false, what, "; set it to rank 0's host name or IP address");
 }
 
+// Note [Agent store]: with TORCHELASTIC_USE_AGENT_STORE=True the store is the launcher's, which
+// may be torchrun's c10d TCPStore (or dpxrun's static one, which PyTorch workers share): speak
+// c10d's protocol to it. Otherwise rank 0 serves dpx's own store, bound to MASTER_ADDR, with the
+// job's token.
 std::shared_ptr<Store> tcp_store(const std::string& host, int port, int rank, int world_size,
-                                 bool agent_store, std::chrono::milliseconds timeout,
-                                 const char* host_source) {
+                                 bool agent_store, const std::string& token,
+                                 std::chrono::milliseconds timeout, const char* host_source) {
   TORCH_CHECK(port >= 0 && port <= 65535, "master port ", port, " is not a TCP port (0-65535)");
   check_resolves(host, host_source, rank, world_size);
   TcpStoreOptions o;
   o.host = host;
   o.port = static_cast<std::uint16_t>(port);
   o.is_server = rank == 0 && !agent_store;
-  o.world_size = world_size;
+  o.c10d_protocol = agent_store;
+  o.token = token;
   o.timeout = timeout;
   return Store::tcp(o);
 }
@@ -84,8 +90,8 @@ Rendezvous rendezvous(const InitOptions& opts) {
     check_rank(r.rank, r.world_size);
     const std::string addr = required(env.master_addr, "MASTER_ADDR");
     const int port = required(env.master_port, "MASTER_PORT");
-    r.store = tcp_store(addr, port, r.rank, r.world_size, env.use_agent_store, opts.timeout,
-                        "MASTER_ADDR");
+    r.store = tcp_store(addr, port, r.rank, r.world_size, env.use_agent_store,
+                        detail::job_token_from_env(), opts.timeout, "MASTER_ADDR");
     if (env.use_agent_store) {
       // The launcher's store outlives worker restarts: keep each attempt's keys apart, under
       // the prefix torch.distributed uses, so dpx and PyTorch workers agree on it.
@@ -100,7 +106,7 @@ Rendezvous rendezvous(const InitOptions& opts) {
               "' needs rank and world_size: add ?rank=R&world_size=W or set them in InitOptions");
   check_rank(r.rank, r.world_size);
   if (url.scheme == "tcp") {
-    r.store = tcp_store(url.host, url.port, r.rank, r.world_size, false, opts.timeout,
+    r.store = tcp_store(url.host, url.port, r.rank, r.world_size, false, url.token, opts.timeout,
                         "the init method's host");
   } else {
     r.store = Store::file(url.path, r.world_size);

@@ -35,9 +35,11 @@ void parse_query(const std::string& url, const std::string& query, InitUrl& out)
       out.rank = to_int(url, "rank", value);
     } else if (key == "world_size") {
       out.world_size = to_int(url, "world_size", value);
+    } else if (key == "token") {
+      out.token = value;
     } else {
       TORCH_CHECK(false, "init method '", url, "': unknown parameter '", key,
-                  "'; only rank and world_size are understood");
+                  "'; only rank, world_size and token are understood");
     }
   }
 }

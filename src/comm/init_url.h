@@ -12,6 +12,7 @@ struct InitUrl {
   std::string path;    // file
   int rank = -1;       // from ?rank=, -1 when absent
   int world_size = -1; // from ?world_size=, -1 when absent
+  std::string token;   // tcp: from ?token=, the job token of dpx's TCP store ("" when absent)
 };
 
 // Throws a message naming the URL and the accepted forms on anything else.

@@ -154,6 +154,7 @@ void spawn(int nprocs, const std::function<void(int, int)>& fn, SpawnOptions opt
   TORCH_CHECK(fn != nullptr, "dpx::spawn: the function is empty");
   TcpStoreOptions so;
   so.is_server = true;  // the agent store: workers connect with TORCHELASTIC_USE_AGENT_STORE
+  so.c10d_protocol = true;  // which speaks c10d's protocol (Note [Agent store] in init.cpp)
   so.port = 0;
   auto store = Store::tcp(so);
   const std::string dir = temp_dir();

@@ -55,7 +55,7 @@ const char* kWorkerVars[] = {
     "ROLE_RANK", "ROLE_NAME", "ROLE_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT",
     "TORCHELASTIC_RESTART_COUNT", "TORCHELASTIC_MAX_RESTARTS", "TORCHELASTIC_RUN_ID",
     "TORCHELASTIC_USE_AGENT_STORE", "TORCHELASTIC_ERROR_FILE", "DPX_AGENT_STORE",
-    "DPX_HEARTBEAT_KEY", "DPX_HEARTBEAT_TIMEOUT"};
+    "DPX_HEARTBEAT_KEY", "DPX_HEARTBEAT_TIMEOUT", "DPX_STORE_TOKEN"};
 
 std::string signal_name(int sig) {
   const char* n = sigabbrev_np(sig);
@@ -145,6 +145,7 @@ std::vector<std::string> Agent::worker_env(const RoundInfo& r, int local_rank) c
   put("TORCHELASTIC_MAX_RESTARTS", std::to_string(config_.max_restarts));
   put("TORCHELASTIC_RUN_ID", config_.rdzv_id);
   put("TORCHELASTIC_USE_AGENT_STORE", config_.is_static() ? "True" : "False");
+  put("DPX_STORE_TOKEN", rdzv_->token());  // worker rank 0's store demands it
   put("TORCHELASTIC_ERROR_FILE", run_log_dir_ + "/attempt_" + std::to_string(r.restart_count) +
                                      "/" + std::to_string(local_rank) + "/error.json");
   for (const auto& [k, v] : dpx::compat::torchrun_defaults()) {

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <set>
 #include <sstream>
 #include <thread>
@@ -33,14 +34,27 @@ struct NodeEntry {
   int nproc = 0;
 };
 
+// Note [Rendezvous stores]: the static backend's store doubles as the workers' agent store
+// (TORCHELASTIC_USE_AGENT_STORE=True), which PyTorch workers must be able to join: it speaks
+// c10d's protocol. The c10d backend's store is for dpxrun agents only: dpx's own store, bound to
+// the endpoint's address, with the job token.
 std::shared_ptr<dpx::Store> connect(const std::string& host, int port, bool server,
-                                    double timeout) {
+                                    double timeout, const std::string* token) {
   dpx::TcpStoreOptions o;
   o.host = host;
   o.port = static_cast<std::uint16_t>(port);
   o.is_server = server;
   o.timeout = ms(timeout);
+  o.c10d_protocol = token == nullptr;
+  if (token != nullptr) o.token = *token;
   return dpx::Store::tcp(o);
+}
+
+// DPX_STORE_TOKEN when the user set one (the same on every node), else the run id: random with
+// --standalone, else --rdzv-id, which keeps other jobs out but is no secret.
+std::string job_token(const Config& config) {
+  const char* v = std::getenv("DPX_STORE_TOKEN");
+  return v != nullptr && *v != '\0' ? v : config.rdzv_id;
 }
 
 }  // namespace
@@ -48,11 +62,12 @@ std::shared_ptr<dpx::Store> connect(const std::string& host, int port, bool serv
 Rendezvous::Rendezvous(const Config& config, std::function<bool()> interrupted)
     : config_(config), interrupted_(std::move(interrupted)) {
   prefix_ = "dpxrun/" + config_.rdzv_id + "/";
+  token_ = job_token(config_);
   const double connect_timeout = std::max(config_.timeouts.join, 1.0);
   if (config_.is_static()) {
     store_host_ = config_.master_addr;
     hosts_store_ = config_.node_rank == 0;
-    store_ = connect(store_host_, config_.master_port, hosts_store_, connect_timeout);
+    store_ = connect(store_host_, config_.master_port, hosts_store_, connect_timeout, nullptr);
     local_addr_ = config_.master_addr;
   } else {
     store_host_ = config_.rdzv_host;
@@ -61,13 +76,15 @@ Rendezvous::Rendezvous(const Config& config, std::function<bool()> interrupted)
       // The first agent on the endpoint's host serves the store; the others find the port taken
       // and join as clients (a race between two starting at once is settled by the bind).
       try {
-        store_ = connect(store_host_, config_.rdzv_port, true, connect_timeout);
+        store_ = connect(store_host_, config_.rdzv_port, true, connect_timeout, &token_);
         hosts_store_ = true;
       } catch (const dpx::DistributedError&) {
         if (config_.rdzv_port == 0) throw;
       }
     }
-    if (!store_) store_ = connect(store_host_, config_.rdzv_port, false, connect_timeout);
+    if (!store_) {
+      store_ = connect(store_host_, config_.rdzv_port, false, connect_timeout, &token_);
+    }
     local_addr_ = local_address_toward(store_host_, store_->port());
   }
   store_->set_timeout(ms(std::max(config_.timeouts.close, 10.0)));

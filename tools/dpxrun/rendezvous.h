@@ -70,8 +70,14 @@ class Rendezvous {
   FinishResult finish(double timeout_seconds);
 
   std::shared_ptr<dpx::Store> store() const { return store_; }
-  // Where workers reach the store (DPX_AGENT_STORE) and key prefix for heartbeats.
-  std::string store_address() const { return store_host_ + ":" + std::to_string(store_->port()); }
+  // Where workers reach the store (DPX_AGENT_STORE: "dpx://" marks dpx's own store, Note
+  // [Rendezvous stores]) and key prefix for heartbeats.
+  std::string store_address() const {
+    return (config_.is_static() ? "" : "dpx://") + store_host_ + ":" +
+           std::to_string(store_->port());
+  }
+  // The job token (DPX_STORE_TOKEN) of the c10d backend's store and of the workers' store.
+  const std::string& token() const { return token_; }
   std::string key(const std::string& k) const { return prefix_ + k; }
   bool hosts_store() const { return hosts_store_; }
 
@@ -99,6 +105,7 @@ class Rendezvous {
   std::string store_host_;
   bool hosts_store_ = false;
   std::string prefix_;
+  std::string token_;
   std::string local_addr_;
   RoundInfo current_;
   bool in_round_ = false;

@@ -1,6 +1,7 @@
 // A key-value store shared by the ranks of a job: rendezvous, the rank-0 model check,
-// shared-memory segment names, heartbeats. Thin wrapper over c10d's stores, so that LibTorch
-// version differences stay in src/comm/store/.
+// shared-memory set-up, heartbeats. The TCP store is dpx's own (bounded, with deadlines, a job
+// token and a bind address; docs/backends.md "Stores"), or c10d's TCPStore where a PyTorch
+// program must be able to connect; file and hash stores are c10d's.
 #pragma once
 
 #include <chrono>
@@ -9,23 +10,34 @@
 #include <string>
 #include <vector>
 
-#include <c10/util/intrusive_ptr.h>
-
 #include "dpx/comm/types.h"
-
-namespace c10d {
-class Store;
-}
 
 namespace dpx {
 
+namespace detail {
+class StoreImpl;
+struct StoreAccess;
+}  // namespace detail
+
 struct TcpStoreOptions {
+  // The client connects here; the server listens on this address only (not on every interface).
   std::string host = "127.0.0.1";
   std::uint16_t port = 0;  // 0: the server picks a free port, read it back with port()
   bool is_server = false;
-  int world_size = -1;  // with wait_workers: how many clients the server waits for
-  bool wait_workers = false;
+  // Every blocking call (connect, get, wait, ...) ends by this timeout with a TimeoutError.
   std::chrono::milliseconds timeout = kDefaultTimeout;
+  // The job's secret: the server refuses clients that present another one.
+  std::string token;
+  // How long the server lets a client take to say hello, or to finish a request it started,
+  // before it drops that client.
+  std::chrono::milliseconds client_deadline = std::chrono::seconds(10);
+  // Speak c10d's TCPStore protocol instead (to serve, or join, a store that PyTorch programs
+  // use, such as torchrun's agent store). Then none of the above holds but `host`, `port`,
+  // `is_server` and `timeout`: the server listens on every interface, has no token, and trusts
+  // every client (docs/backends.md "Stores").
+  bool c10d_protocol = false;
+  int world_size = -1;        // c10d protocol only, with wait_workers
+  bool wait_workers = false;  // c10d protocol only: the server waits for world_size clients
 };
 
 class Store {
@@ -42,7 +54,8 @@ class Store {
   std::string get(const std::string& key);
   std::int64_t add(const std::string& key, std::int64_t delta);
   // Returns the value now stored under `key`: `desired` if it held `expected` (or was unset
-  // and `expected` is empty), else the current value.
+  // and `expected` is empty), else the current value; for an unset key and a non-empty
+  // `expected`, `expected` (as c10d's TCPStore answers).
   std::string compare_set(const std::string& key, const std::string& expected,
                           const std::string& desired);
   bool check(const std::vector<std::string>& keys);
@@ -58,16 +71,16 @@ class Store {
   // What errors name: "tcp://host:port", "file:///path", "hash", "prefix/<base>".
   const std::string& describe() const { return describe_; }
 
-  const c10::intrusive_ptr<c10d::Store>& c10d_store() const { return impl_; }
-
  private:
-  Store(c10::intrusive_ptr<c10d::Store> impl, std::string describe, std::uint16_t port,
-        std::shared_ptr<Store> base);
+  friend struct detail::StoreAccess;
 
-  c10::intrusive_ptr<c10d::Store> impl_;
+  Store(std::shared_ptr<detail::StoreImpl> impl, std::string describe, std::uint16_t port,
+        std::shared_ptr<void> owned);
+
+  std::shared_ptr<void> owned_;  // a TCP store's server, or a prefix store's base
+  std::shared_ptr<detail::StoreImpl> impl_;
   std::string describe_;
   std::uint16_t port_;
-  std::shared_ptr<Store> base_;  // keeps a prefix store's base alive
 };
 
 }  // namespace dpx

@@ -4,6 +4,7 @@
 
 #include "comm/gloo/consistency.h"
 #include "comm/gloo/translate.h"
+#include "comm/store/c10d_adapter.h"
 #include "dpx/comm/errors.h"
 #include "dpx/env.h"
 
@@ -70,7 +71,7 @@ GlooGroup::GlooGroup(const BackendArgs& args)
   opts->timeout = args.options.timeout;
   opts->devices.push_back(make_device());
   try {
-    pg_ = c10::make_intrusive<c10d::ProcessGroupGloo>(store_->c10d_store(), args.rank, args.size,
+    pg_ = c10::make_intrusive<c10d::ProcessGroupGloo>(c10d_store(store_), args.rank, args.size,
                                                       opts);
   } catch (const std::exception& e) {
     rethrow_gloo_error(e, where(), "connect to the other ranks", args.options.timeout);

@@ -10,7 +10,6 @@
 #include <cerrno>
 #include <cstring>
 #include <new>
-#include <random>
 #include <vector>
 
 #include "dpx/comm/errors.h"
@@ -28,48 +27,53 @@ std::size_t data_offset(int world) {
   return round_up(sizeof(Header) + world * sizeof(RankControl), kPage);
 }
 
-std::string random_token() {
-  std::random_device rd;
-  std::uint64_t x = (static_cast<std::uint64_t>(rd()) << 32) ^ rd();
-  char buf[17];
-  std::snprintf(buf, sizeof(buf), "%016llx", static_cast<unsigned long long>(x));
-  return buf;
+std::string mib(std::size_t bytes) {
+  return std::to_string((bytes + (1 << 20) - 1) >> 20) + " MiB";
 }
 
-[[noreturn]] void fail_errno(const std::string& where, const std::string& what,
-                             const std::string& name) {
-  int e = errno;
-  throw DistributedError(where + "shm backend: " + what + " " + name + " failed: " +
-                         std::strerror(e) + ". Check that /dev/shm is mounted and has room, or "
-                         "use DPX_BACKEND=gloo.");
+[[noreturn]] void fail_errno(const std::string& where, const std::string& what, int e) {
+  throw DistributedError(where + "shm backend: " + what + " failed: " + std::strerror(e) +
+                         ". Use DPX_BACKEND=gloo if shared memory cannot be used here.");
 }
 
-char* map(int fd, std::size_t bytes, const std::string& where, const std::string& name) {
+char* map(int fd, std::size_t bytes, const std::string& where) {
   // MAP_POPULATE: fault the pages in now, not inside the first timed collective.
   void* p = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd, 0);
-  if (p == MAP_FAILED) fail_errno(where, "mmap of", name);
+  if (p == MAP_FAILED) fail_errno(where, "mmap of the segment", errno);
   return static_cast<char*>(p);
 }
 
-// Rank 0: create, size and map a fresh segment and fill in its header.
-char* create(const std::string& name, std::size_t bytes, int world, std::size_t slot_bytes,
-             const std::string& where) {
-  int fd = ::shm_open(name.c_str(), O_CREAT | O_EXCL | O_RDWR, 0600);
-  if (fd < 0) fail_errno(where, "shm_open(O_CREAT) of", name);
+// Sizes the memory file and reserves every page of it now: without the reservation a short
+// memory limit shows up as SIGBUS inside the first collective that touches a missing page.
+void reserve(int fd, std::size_t bytes, const std::string& where) {
   if (::ftruncate(fd, static_cast<off_t>(bytes)) != 0) {
-    ::close(fd);
-    ::shm_unlink(name.c_str());
-    fail_errno(where, "ftruncate of", name);
+    fail_errno(where, "sizing the segment to " + std::to_string(bytes) + " bytes", errno);
   }
+  int e = ::posix_fallocate(fd, 0, static_cast<off_t>(bytes));
+  if (e != 0 && e != EOPNOTSUPP) {
+    throw DistributedError(where + "shm backend: could not reserve " + mib(bytes) +
+                           " of shared memory for the group (" + std::strerror(e) +
+                           "). The group needs 2 x DPX_SHM_SLOT_BYTES x world plus a page or "
+                           "two; free memory or raise the memory limit, lower "
+                           "DPX_SHM_SLOT_BYTES, or use DPX_BACKEND=gloo.");
+  }
+}
+
+// Rank 0: create, size, reserve and map a fresh memory file and fill in its header. Returns
+// the mapping; `fd` stays open until every peer has mapped it (Note [No name] in segment.h).
+char* create(int& fd, std::size_t bytes, int world, std::size_t slot_bytes,
+             const std::string& where) {
+  fd = ::memfd_create("dpx-shm", MFD_CLOEXEC);
+  if (fd < 0) fail_errno(where, "memfd_create", errno);
   char* base = nullptr;
   try {
-    base = map(fd, bytes, where, name);
+    reserve(fd, bytes, where);
+    base = map(fd, bytes, where);
   } catch (...) {
     ::close(fd);
-    ::shm_unlink(name.c_str());
+    fd = -1;
     throw;
   }
-  ::close(fd);
   auto* h = new (base) Header();
   h->world = static_cast<std::uint32_t>(world);
   h->version = kVersion;
@@ -83,29 +87,49 @@ char* create(const std::string& name, std::size_t bytes, int world, std::size_t 
   return base;
 }
 
-char* attach(const std::string& name, std::size_t bytes, int world, std::size_t slot_bytes,
+int open_peer_file(const std::string& path, const std::string& where) {
+  int fd = ::open(path.c_str(), O_RDWR | O_CLOEXEC);
+  if (fd >= 0) return fd;
+  const int e = errno;
+  if (e == ENOENT) {
+    throw PeerLostError(where + "shm backend: rank 0 exited during set-up (" + path +
+                        " is gone); see its log");
+  }
+  throw DistributedError(where + "shm backend: cannot open rank 0's segment " + path + ": " +
+                         std::strerror(e) + ". Ranks must run as the same user in the same pid "
+                         "namespace to share memory; else use DPX_BACKEND=gloo.");
+}
+
+char* attach(const std::string& path, std::size_t bytes, int world, std::size_t slot_bytes,
              const std::string& where) {
-  int fd = ::shm_open(name.c_str(), O_RDWR, 0600);
-  if (fd < 0) fail_errno(where, "shm_open of", name);
+  int fd = open_peer_file(path, where);
   struct stat st {};
   if (::fstat(fd, &st) != 0 || static_cast<std::size_t>(st.st_size) != bytes) {
     ::close(fd);
-    throw DistributedError(where + "shm backend: segment " + name + " has " +
+    throw DistributedError(where + "shm backend: segment " + path + " has " +
                            std::to_string(st.st_size) + " bytes, expected " +
                            std::to_string(bytes) + "; do all ranks run the same dpx build with "
                            "the same DPX_SHM_* settings?");
   }
-  char* base = map(fd, bytes, where, name);
+  char* base = nullptr;
+  try {
+    base = map(fd, bytes, where);
+  } catch (...) {
+    ::close(fd);
+    throw;
+  }
   ::close(fd);
   const auto* h = reinterpret_cast<const Header*>(base);
   if (h->magic != kMagic || h->version != kVersion || h->world != static_cast<std::uint32_t>(world) ||
       h->slot_bytes != slot_bytes) {
     ::munmap(base, bytes);
-    throw DistributedError(where + "shm backend: segment " + name + " has another layout than "
+    throw DistributedError(where + "shm backend: segment " + path + " has another layout than "
                            "this rank expects (world size, slot size or dpx version differ)");
   }
   return base;
 }
+
+constexpr const char* kErrorMark = "error:";
 
 }  // namespace
 
@@ -122,32 +146,49 @@ std::unique_ptr<Segment> Segment::open(Store& store, int rank, int world,
   const std::size_t bytes = data_offset(world) + 2 * slot * world;
   const auto gen = std::to_string(store.add("shm/gen/" + std::to_string(rank), 1));
   const std::string prefix = "shm/" + gen + "/";
-  std::vector<std::string> mapped;
-  for (int r = 1; r < world; ++r) mapped.push_back(prefix + "mapped/" + std::to_string(r));
-
   if (rank == 0) {
-    const std::string name = "/dpx-" + std::to_string(::getpid()) + "-" + random_token();
-    char* base = create(name, bytes, world, slot, where);
-    std::unique_ptr<Segment> seg(new Segment(name, base, bytes, world, slot));
-    seg->control(0).pid.store(::getpid());
-    try {
-      store.set(prefix + "name", name);
-      if (!mapped.empty()) store.wait(mapped, options.timeout);
-    } catch (...) {
-      ::shm_unlink(name.c_str());
-      throw;
-    }
-    ::shm_unlink(name.c_str());
-    store.set(prefix + "ready", "1");
-    return seg;
+    return open_as_creator(store, prefix, bytes, world, slot, options, where);
   }
   store.wait({prefix + "name"}, options.timeout);
-  const std::string name = store.get(prefix + "name");
-  char* base = attach(name, bytes, world, slot, where);
-  std::unique_ptr<Segment> seg(new Segment(name, base, bytes, world, slot));
+  const std::string path = store.get(prefix + "name");
+  if (path.rfind(kErrorMark, 0) == 0) {
+    throw DistributedError(where + "shm backend: rank 0 could not set the group up: " +
+                           path.substr(std::strlen(kErrorMark)));
+  }
+  char* base = attach(path, bytes, world, slot, where);
+  std::unique_ptr<Segment> seg(new Segment(path, base, bytes, world, slot));
   seg->control(rank).pid.store(::getpid());
   store.set(prefix + "mapped/" + std::to_string(rank), "1");
   store.wait({prefix + "ready"}, options.timeout);
+  return seg;
+}
+
+std::unique_ptr<Segment> Segment::open_as_creator(Store& store, const std::string& prefix,
+                                                  std::size_t bytes, int world, std::size_t slot,
+                                                  const SegmentOptions& options,
+                                                  const std::string& where) {
+  int fd = -1;
+  char* base = nullptr;
+  try {
+    base = create(fd, bytes, world, slot, where);
+  } catch (const std::exception& e) {
+    store.set(prefix + "name", kErrorMark + std::string(e.what()));
+    throw;
+  }
+  const std::string path = "/proc/" + std::to_string(::getpid()) + "/fd/" + std::to_string(fd);
+  std::unique_ptr<Segment> seg(new Segment(path, base, bytes, world, slot));
+  seg->control(0).pid.store(::getpid());
+  std::vector<std::string> mapped;
+  for (int r = 1; r < world; ++r) mapped.push_back(prefix + "mapped/" + std::to_string(r));
+  try {
+    store.set(prefix + "name", path);
+    if (!mapped.empty()) store.wait(mapped, options.timeout);
+  } catch (...) {
+    ::close(fd);
+    throw;
+  }
+  ::close(fd);
+  store.set(prefix + "ready", "1");
   return seg;
 }
 

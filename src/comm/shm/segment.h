@@ -5,12 +5,19 @@
 // Setup (Segment::open, collective over the group's store):
 //   1. Each rank takes a generation number g = add("shm/gen/<rank>", 1), so that several groups
 //      made on one store use different keys (ranks create groups in the same order).
-//   2. Rank 0 creates "/dpx-<pid>-<random token>" (O_EXCL, mode 0600), sizes and maps it, writes
-//      the header and sets "shm/<g>/name".
-//   3. The other ranks open and map the name, check the header, and set "shm/<g>/mapped/<rank>".
-//   4. Rank 0 waits for every "mapped" key, unlinks the name and sets "shm/<g>/ready"; the others
-//      wait for "ready". From here on no name exists in /dev/shm: a crash leaves nothing behind.
-//      Rank 0 also unlinks when setup fails, so only a SIGKILL inside steps 2-4 can leak it.
+//   2. Rank 0 creates an anonymous memory file (memfd_create), sizes it, reserves its memory
+//      (posix_fallocate), maps it, writes the header and sets "shm/<g>/name" to
+//      "/proc/<pid>/fd/<fd>" (or to "error:<message>" when any of that failed, so that every
+//      rank fails at once with rank 0's reason).
+//   3. The other ranks open that path, map it, check the header and set "shm/<g>/mapped/<rank>".
+//   4. Rank 0 waits for every "mapped" key, closes its descriptor and sets "shm/<g>/ready"; the
+//      others wait for "ready".
+// Note [No name]: the segment never has a name in /dev/shm, so no crash at any step (SIGKILL of
+// rank 0 inside the set-up window included) can leave one behind: the memory goes with the last
+// descriptor or mapping. Nor does /dev/shm's size (64 MiB in a default Docker container) limit
+// the group: a memfd is charged to the process's memory like any page it touches. Opening
+// another process's descriptor through /proc needs the same user and pid namespace, which ranks
+// that share a host and a boot id (how `auto` picks shm) normally have.
 #pragma once
 
 #include <atomic>
@@ -84,10 +91,15 @@ class Segment {
   }
   std::size_t slot_bytes() const { return slot_bytes_; }
   int world() const { return world_; }
+  // "/proc/<rank 0 pid>/fd/<fd>": where peers opened it during set-up (gone since).
   const std::string& name() const { return name_; }
 
  private:
   Segment(std::string name, char* base, std::size_t bytes, int world, std::size_t slot_bytes);
+  static std::unique_ptr<Segment> open_as_creator(Store& store, const std::string& prefix,
+                                                  std::size_t bytes, int world, std::size_t slot,
+                                                  const SegmentOptions& options,
+                                                  const std::string& where);
 
   std::string name_;
   char* base_;

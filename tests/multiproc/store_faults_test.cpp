@@ -1,0 +1,250 @@
+// dpx's TCP store against hostile or mistaken peers (Note [Hostile clients] and [Job token] in
+// src/comm/store/tcp_server.h): a foreign program on the store's port, clients that send half a
+// request, announce 2 GiB, send garbage, say nothing, or present another job's token.
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <thread>
+
+#include <torch/torch.h>
+
+#include "comm/store/tcp_protocol.h"
+#include "dpx/dpx.h"
+#include "harness.h"
+#include "launcher_harness.h"
+
+namespace dpx {
+namespace {
+
+using namespace std::chrono_literals;
+using Clock = std::chrono::steady_clock;
+namespace proto = detail::store_protocol;
+
+struct Socket {
+  int fd = -1;
+  ~Socket() {
+    if (fd >= 0) ::close(fd);
+  }
+};
+
+sockaddr_in loopback(int port, const char* ip = "127.0.0.1") {
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(static_cast<std::uint16_t>(port));
+  ::inet_pton(AF_INET, ip, &a.sin_addr);
+  return a;
+}
+
+// A program that listens on 127.0.0.1 (a free port) and never answers.
+Socket foreign_listener(int& port) {
+  Socket s{::socket(AF_INET, SOCK_STREAM, 0)};
+  auto a = loopback(0);
+  EXPECT_EQ(::bind(s.fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)), 0);
+  EXPECT_EQ(::listen(s.fd, 16), 0);
+  socklen_t len = sizeof(a);
+  ::getsockname(s.fd, reinterpret_cast<sockaddr*>(&a), &len);
+  port = ntohs(a.sin_port);
+  return s;
+}
+
+Socket raw_client(int port, const std::string& bytes) {
+  Socket s{::socket(AF_INET, SOCK_STREAM, 0)};
+  auto a = loopback(port);
+  EXPECT_EQ(::connect(s.fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)), 0);
+  if (!bytes.empty()) EXPECT_EQ(::send(s.fd, bytes.data(), bytes.size(), MSG_NOSIGNAL),
+                                static_cast<ssize_t>(bytes.size()));
+  return s;
+}
+
+std::string hello(const std::string& token) {
+  return proto::Writer().u8(proto::kHello).str(proto::kMagic).str(token).frame();
+}
+
+// Waits (up to `limit`) until the server closes `fd`, reading and dropping what it sends first.
+bool closed_by_server(int fd, std::chrono::milliseconds limit) {
+  const auto end = Clock::now() + limit;
+  char buf[256];
+  while (Clock::now() < end) {
+    pollfd p{fd, POLLIN, 0};
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(end - Clock::now());
+    if (::poll(&p, 1, static_cast<int>(left.count())) <= 0) return false;
+    const ssize_t n = ::recv(fd, buf, sizeof(buf), 0);
+    if (n <= 0) return true;
+  }
+  return false;
+}
+
+std::shared_ptr<Store> server_store(const std::string& token = "",
+                                    std::chrono::milliseconds client_deadline = 1s) {
+  TcpStoreOptions o;
+  o.is_server = true;
+  o.token = token;
+  o.client_deadline = client_deadline;
+  o.timeout = 10s;
+  return Store::tcp(o);
+}
+
+std::shared_ptr<Store> client_store(int port, const std::string& token = "",
+                                    std::chrono::milliseconds timeout = 10s) {
+  TcpStoreOptions o;
+  o.port = static_cast<std::uint16_t>(port);
+  o.token = token;
+  o.timeout = timeout;
+  return Store::tcp(o);
+}
+
+template <typename E>
+std::string message_of(const std::function<void()>& fn) {
+  try {
+    fn();
+  } catch (const E& e) {
+    return e.what();
+  } catch (const std::exception& e) {
+    ADD_FAILURE() << "wrong exception type: " << e.what();
+    return "";
+  }
+  ADD_FAILURE() << "no exception";
+  return "";
+}
+
+double seconds_since(Clock::time_point start) {
+  return std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+TEST(StoreFaults, MasterPortHeldByAnotherProgram) {
+  int port = 0;
+  Socket listener = foreign_listener(port);
+  const std::string url = "tcp://127.0.0.1:" + std::to_string(port);
+  // Each rank in a child: an abort (as c10d's client gave) fails the test instead of the run.
+  auto results = test::run_processes(2, [&](int rank) {
+    InitOptions o;
+    o.init_method = url + "?rank=" + std::to_string(rank) + "&world_size=2";
+    o.timeout = 3000ms;
+    const auto start = Clock::now();
+    if (rank == 0) {
+      auto msg = message_of<DistributedError>([&] { init_process_group(o); });
+      EXPECT_NE(msg.find("already in use"), std::string::npos) << msg;
+      EXPECT_LT(seconds_since(start), 3.0);
+      return;
+    }
+    auto msg = message_of<TimeoutError>([&] { init_process_group(o); });
+    EXPECT_NE(msg.find("did not answer dpx's store handshake"), std::string::npos) << msg;
+    EXPECT_GE(seconds_since(start), 2.9);
+    EXPECT_LT(seconds_since(start), 15.0);  // the 3 s timeout, loosely
+  }, {60s});
+  test::expect_all_ok(results);
+}
+
+TEST(StoreFaults, AForeignListenerThatClosesIsAnErrorNotAnAbort) {
+  int port = 0;
+  Socket listener = foreign_listener(port);
+  std::thread closer([&] {
+    const int c = ::accept(listener.fd, nullptr, nullptr);
+    ::close(c);
+  });
+  test::run_in_child([&] {
+    auto msg = message_of<DistributedError>([&] { client_store(port, "", 5s); });
+    EXPECT_NE(msg.find("not a dpx store"), std::string::npos) << msg;
+  });
+  closer.join();
+}
+
+TEST(StoreFaults, HalfARequestStallsNobodyAndIsCutOffAtTheDeadline) {
+  auto server = server_store("", 1s);
+  std::string half = hello("") + proto::Writer().u8(proto::kSet).str("k").str(std::string(100, 'v')).frame();
+  half.resize(half.size() - 50);
+  Socket hostile = raw_client(server->port(), half);
+  const auto start = Clock::now();
+  auto rank = client_store(server->port());
+  rank->set("a", "1");
+  EXPECT_EQ(rank->get("a"), "1");
+  EXPECT_EQ(rank->add("n", 2), 2);
+  EXPECT_LT(seconds_since(start), 1.0);  // served while the hostile request is still open
+  EXPECT_TRUE(closed_by_server(hostile.fd, 10s));
+  EXPECT_GE(seconds_since(start), 0.9);
+  EXPECT_FALSE(rank->check({"k"}));  // nothing of the half request was stored
+}
+
+TEST(StoreFaults, AnAnnounced2GiBValueIsRefusedAtOnceAndRanksCarryOn) {
+  test::StoreServer server;
+  auto results = test::run_processes(2, [&](int rank) {
+    if (rank == 0) {
+      // Announce a 2 GiB frame, then disconnect; then announce it and stay.
+      std::string head(4, '\0');
+      const std::uint32_t n = 2u << 30;
+      for (int i = 0; i < 4; ++i) head[i] = static_cast<char>((n >> (8 * i)) & 0xff);
+      { Socket gone = raw_client(server.port(), hello("") + head); }
+      Socket stays = raw_client(server.port(), hello("") + head);
+      EXPECT_TRUE(closed_by_server(stays.fd, 5s));
+    }
+    auto pg = new_process_group("gloo", server.client(30s), rank, 2);
+    auto t = at::full({4}, static_cast<float>(rank + 1));
+    pg->allreduce(t)->wait();
+    EXPECT_TRUE(t.equal(at::full({4}, 3.0f)));
+  }, {60s});
+  test::expect_all_ok(results);
+}
+
+TEST(StoreFaults, GarbageAndSilentClientsAreDropped) {
+  auto server = server_store("", 1s);
+  Socket http = raw_client(server->port(), "GET / HTTP/1.1\r\nHost: x\r\n\r\n");
+  Socket bad_op = raw_client(server->port(), hello("") + proto::Writer().u8(200).frame());
+  Socket silent = raw_client(server->port(), "");
+  const auto start = Clock::now();
+  EXPECT_TRUE(closed_by_server(http.fd, 5s));
+  EXPECT_TRUE(closed_by_server(bad_op.fd, 5s));
+  EXPECT_LT(seconds_since(start), 0.9);  // both at once, not at the deadline
+  EXPECT_TRUE(closed_by_server(silent.fd, 10s));
+  EXPECT_GE(seconds_since(start), 0.9);
+  auto rank = client_store(server->port());
+  rank->set("still", "here");
+  EXPECT_EQ(rank->get("still"), "here");
+}
+
+TEST(StoreFaults, AClientWithoutTheJobTokenIsRefused) {
+  auto server = server_store("s3cret");
+  auto msg = message_of<DistributedError>([&] { client_store(server->port(), "other"); });
+  EXPECT_NE(msg.find("job token does not match"), std::string::npos) << msg;
+  message_of<DistributedError>([&] { client_store(server->port(), ""); });
+  client_store(server->port(), "s3cret")->set("k", "v");
+  EXPECT_EQ(server->get("k"), "v");
+
+  // Through init_process_group: ?token= on a tcp:// URL.
+  const std::string port = std::to_string(test::free_tcp_port());
+  auto results = test::run_processes(2, [&](int rank) {
+    InitOptions o;
+    o.timeout = 20s;
+    const std::string url =
+        "tcp://127.0.0.1:" + port + "?world_size=2&rank=" + std::to_string(rank) + "&token=";
+    if (rank == 1) {
+      o.init_method = url + "wrong";
+      auto msg = message_of<DistributedError>([&] { init_process_group(o); });
+      EXPECT_NE(msg.find("job token does not match"), std::string::npos) << msg;
+    }
+    o.init_method = url + "t";
+    init_process_group(o)->barrier()->wait();
+  }, {60s});
+  test::expect_all_ok(results);
+}
+
+TEST(StoreFaults, TheServerListensOnlyOnTheAddressItWasGiven) {
+  auto server = server_store();  // 127.0.0.1
+  // Had it bound every interface (c10d's TCPStore does), this bind would fail with EADDRINUSE.
+  Socket other{::socket(AF_INET, SOCK_STREAM, 0)};
+  auto a = loopback(server->port(), "127.0.0.2");
+  EXPECT_EQ(::bind(other.fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)), 0) << strerror(errno);
+  Socket v6{::socket(AF_INET6, SOCK_STREAM, 0)};
+  if (v6.fd >= 0) {
+    sockaddr_in6 b{};
+    b.sin6_family = AF_INET6;
+    b.sin6_port = htons(server->port());
+    b.sin6_addr = in6addr_loopback;
+    EXPECT_NE(::connect(v6.fd, reinterpret_cast<sockaddr*>(&b), sizeof(b)), 0);
+  }
+}
+
+}  // namespace
+}  // namespace dpx
