@@ -3,16 +3,19 @@
 #include <c10/util/Exception.h>
 
 #include "dpx/comm/store.h"
-#include "dpx/env.h"
+#include "env_read.h"
 
 namespace dpx {
 
 Heartbeat::Heartbeat(HeartbeatOptions options) {
-  const Env env = Env::read();
-  if (!env.agent_store || !env.heartbeat_key || !env.heartbeat_timeout) {
+  // dpxrun sets all three (Note [Environment] in dpx/env.h); unset outside dpxrun.
+  const auto agent_store = detail::env_string("DPX_AGENT_STORE");
+  const auto heartbeat_key = detail::env_string("DPX_HEARTBEAT_KEY");
+  const auto heartbeat_timeout = detail::env_positive("DPX_HEARTBEAT_TIMEOUT");
+  if (!agent_store || !heartbeat_key || !heartbeat_timeout) {
     return;
   }
-  const std::string& addr = *env.agent_store;
+  const std::string& addr = *agent_store;
   const auto colon = addr.rfind(':');
   TORCH_CHECK(colon != std::string::npos && colon > 0,
               "DPX_AGENT_STORE must be host:port, got '", addr, "'");
@@ -21,9 +24,9 @@ Heartbeat::Heartbeat(HeartbeatOptions options) {
   o.port = static_cast<std::uint16_t>(std::stoi(addr.substr(colon + 1)));
   o.timeout = options.store_timeout;
   store_ = Store::tcp(o);
-  key_ = *env.heartbeat_key;
+  key_ = *heartbeat_key;
   auto interval = options.interval.value_or(std::chrono::milliseconds(
-      static_cast<long>(*env.heartbeat_timeout * 1000 / 5)));
+      static_cast<long>(*heartbeat_timeout * 1000 / 5)));
   interval = std::max(interval, std::chrono::milliseconds(10));
   store_->set(key_, "0");
   thread_ = std::thread([this, interval] { run(interval); });

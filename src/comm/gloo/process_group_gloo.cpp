@@ -6,6 +6,7 @@
 #include "comm/gloo/translate.h"
 #include "dpx/comm/errors.h"
 #include "dpx/env.h"
+#include "env_read.h"
 
 namespace dpx::detail {
 namespace {
@@ -25,11 +26,10 @@ c10d::ReduceOp to_c10d(ReduceOp op) {
 // Which local address Gloo listens on. GLOO_SOCKET_IFNAME wins (as in PyTorch); a loopback
 // master means a single-host job; otherwise the address this host's name resolves to.
 std::shared_ptr<::gloo::transport::Device> make_device() {
-  const Env env = Env::read();
-  if (env.gloo_socket_ifname) {
-    return c10d::ProcessGroupGloo::createDeviceForInterface(*env.gloo_socket_ifname);
+  if (auto ifname = env_string("GLOO_SOCKET_IFNAME")) {
+    return c10d::ProcessGroupGloo::createDeviceForInterface(*ifname);
   }
-  const std::string addr = env.master_addr.value_or("127.0.0.1");
+  const std::string addr = env_string("MASTER_ADDR").value_or("127.0.0.1");
   if (addr == "localhost" || addr.rfind("127.", 0) == 0) {
     return c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1");
   }
@@ -62,7 +62,7 @@ class GlooWork : public Work {
 
 GlooGroup::GlooGroup(const BackendArgs& args)
     : ProcessGroup(args.rank, args.size, args.options),
-      check_consistency_(Env::read().debug == DebugLevel::kDetail),
+      check_consistency_(debug_level() == DebugLevel::kDetail),
       store_(args.store) {
   TORCH_CHECK(args.options.device.is_cpu(), where(), "the gloo backend of dpx works on CPU "
               "tensors only, not ", args.options.device);

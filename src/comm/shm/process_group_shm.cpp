@@ -7,7 +7,7 @@
 #include <thread>
 
 #include "dpx/comm/errors.h"
-#include "dpx/env.h"
+#include "env_read.h"
 
 namespace dpx::detail {
 namespace {
@@ -15,27 +15,27 @@ namespace {
 constexpr std::chrono::milliseconds kHelpPoll{1};
 constexpr int kIdlePolls = 50;
 
-shm::SegmentOptions segment_options(const Env& env, const ProcessGroup::Options& o) {
+// The shm backend's own variables (Note [Environment] in dpx/env.h), read when a group is made.
+struct ShmEnv {
+  std::optional<std::int64_t> slot_bytes = detail::env_int("DPX_SHM_SLOT_BYTES", 4096);
+  std::optional<std::int64_t> small_bytes = detail::env_int("DPX_SHM_SMALL_BYTES", 0);
+  std::optional<std::int64_t> spin_us = detail::env_int("DPX_SHM_SPIN_US", 0);
+};
+
+shm::SegmentOptions segment_options(const ShmEnv& env, const ProcessGroup::Options& o) {
   shm::SegmentOptions s;
-  if (env.shm_slot_bytes) {
-    TORCH_CHECK(*env.shm_slot_bytes >= 4096, "DPX_SHM_SLOT_BYTES must be at least 4096, got ",
-                *env.shm_slot_bytes);
-    s.slot_bytes = static_cast<std::size_t>(*env.shm_slot_bytes);
-  }
+  if (env.slot_bytes) s.slot_bytes = static_cast<std::size_t>(*env.slot_bytes);
   s.timeout = o.timeout;
   return s;
 }
 
-shm::WaitOptions wait_options(const Env& env, int world) {
+shm::WaitOptions wait_options(const ShmEnv& env, int world) {
   shm::WaitOptions w;
   // With more ranks than cores, spin less: the spin yields, but a peer may need the core.
   if (world > static_cast<int>(std::thread::hardware_concurrency())) {
     w.spin = std::chrono::microseconds(20);
   }
-  if (env.shm_spin_us) {
-    TORCH_CHECK(*env.shm_spin_us >= 0, "DPX_SHM_SPIN_US must be >= 0, got ", *env.shm_spin_us);
-    w.spin = std::chrono::microseconds(*env.shm_spin_us);
-  }
+  if (env.spin_us) w.spin = std::chrono::microseconds(*env.spin_us);
   return w;
 }
 
@@ -61,17 +61,14 @@ ShmGroup::ShmGroup(const BackendArgs& args)
     : ProcessGroup(args.rank, args.size, args.options), store_(args.store) {
   TORCH_CHECK(args.options.device.is_cpu(), where(), "the shm backend works on CPU tensors "
               "only, not ", args.options.device);
-  const Env env = Env::read();
-  segment_ = shm::Segment::open(*args.store, rank(), size(), segment_options(env, options()),
-                                where());
+  const ShmEnv env;
+  const shm::SegmentOptions segment = segment_options(env, options());
+  if (env.small_bytes) algorithm_options_.small_bytes = static_cast<std::size_t>(*env.small_bytes);
+  segment_ = shm::Segment::open(*args.store, rank(), size(), segment, where());
   const shm::WaitOptions wait = wait_options(env, size());
   spin_ = wait.spin;
   waiter_ = std::make_unique<shm::Waiter>(*segment_, rank(), wait, where());
   channel_ = std::make_unique<shm::Channel>(*segment_, *waiter_, rank(), where());
-  if (env.shm_small_bytes) {
-    TORCH_CHECK(*env.shm_small_bytes >= 0, "DPX_SHM_SMALL_BYTES must be >= 0");
-    algorithm_options_.small_bytes = static_cast<std::size_t>(*env.shm_small_bytes);
-  }
   thread_ = std::thread([this] { run(); });
 }
 

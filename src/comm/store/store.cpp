@@ -6,7 +6,6 @@
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
-#include "comm/sigpipe.h"
 #include "comm/store/translate.h"
 #include "dpx/comm/errors.h"
 
@@ -34,7 +33,6 @@ Store::~Store() = default;
 
 std::shared_ptr<Store> Store::tcp(const TcpStoreOptions& o) {
   TORCH_CHECK(!o.host.empty(), "TCP store: the host is empty; give a hostname or an address");
-  detail::ignore_sigpipe();  // Note [SIGPIPE]
   c10d::TCPStoreOptions opts;
   opts.port = o.port;
   opts.isServer = o.is_server;
