@@ -6,6 +6,7 @@
 
 #include <thread>
 
+#include "comm/consistency.h"
 #include "dpx/comm/errors.h"
 #include "env_read.h"
 
@@ -64,6 +65,12 @@ ShmGroup::ShmGroup(const BackendArgs& args)
   const ShmEnv env;
   const shm::SegmentOptions segment = segment_options(env, options());
   if (env.small_bytes) algorithm_options_.small_bytes = static_cast<std::size_t>(*env.small_bytes);
+  // Both shape how ranks exchange data: a difference gives wrong results (Note [Consistency]).
+  check_settings_agree(*args.store, rank(), size(),
+                       {{"backend", "shm"},
+                        {"DPX_SHM_SLOT_BYTES", std::to_string(segment.slot_bytes)},
+                        {"DPX_SHM_SMALL_BYTES", std::to_string(algorithm_options_.small_bytes)}},
+                       options().timeout, where());
   segment_ = shm::Segment::open(*args.store, rank(), size(), segment, where());
   const shm::WaitOptions wait = wait_options(env, size());
   spin_ = wait.spin;
@@ -81,16 +88,10 @@ ShmGroup::~ShmGroup() {
   thread_.join();
 }
 
-std::shared_ptr<Work> ShmGroup::enqueue(shm::OpKind kind, const at::Tensor& t, int reduce_op,
-                                        int root, std::function<void(shm::Channel&)> body) {
+std::shared_ptr<Work> ShmGroup::enqueue(const CollectiveDescriptor& desc,
+                                        std::function<void(shm::Channel&)> body) {
   Task task;
-  task.desc.kind = static_cast<std::int16_t>(kind);
-  if (t.defined()) {
-    task.desc.dtype = static_cast<std::int16_t>(t.scalar_type());
-    task.desc.numel = t.numel();
-  }
-  task.desc.reduce_op = static_cast<std::int16_t>(reduce_op);
-  task.desc.root = root;
+  task.desc = desc;
   task.body = std::move(body);
   task.enqueued = shm::Clock::now();
   task.work = std::make_shared<ShmWork>(weak_from_this(), options().timeout, where(), spin_);
@@ -175,7 +176,7 @@ void ShmGroup::execute(Task& task) {
     task.body(*channel_);
     task.body = nullptr;  // drop the tensors before waking the caller
     task.work->finish();
-  } catch (const shm::MismatchError&) {
+  } catch (const MismatchError&) {
     task.work->finish(std::current_exception());  // every rank raised it; still in step
   } catch (const std::exception& e) {
     // Timeouts and lost peers were already announced to the peers by the waiter.
@@ -188,7 +189,7 @@ void ShmGroup::execute(Task& task) {
 std::shared_ptr<Work> ShmGroup::do_allreduce(at::Tensor& tensor, const AllreduceOptions& opts) {
   at::Tensor t = tensor;
   auto small = algorithm_options_;
-  return enqueue(shm::OpKind::kAllreduce, t, static_cast<int>(opts.op), 0,
+  return enqueue(describe_call(CollectiveKind::kAllreduce, t, static_cast<int>(opts.op)),
                  [t, op = opts.op, small](shm::Channel& ch) mutable {
                    shm::allreduce(ch, t, op, small);
                  });
@@ -196,12 +197,12 @@ std::shared_ptr<Work> ShmGroup::do_allreduce(at::Tensor& tensor, const Allreduce
 
 std::shared_ptr<Work> ShmGroup::do_broadcast(at::Tensor& tensor, const BroadcastOptions& opts) {
   at::Tensor t = tensor;
-  return enqueue(shm::OpKind::kBroadcast, t, 0, opts.root,
+  return enqueue(describe_call(CollectiveKind::kBroadcast, t, 0, opts.root),
                  [t, root = opts.root](shm::Channel& ch) mutable { shm::broadcast(ch, t, root); });
 }
 
 std::shared_ptr<Work> ShmGroup::do_allgather(at::Tensor& output, const at::Tensor& input) {
-  return enqueue(shm::OpKind::kAllgather, input, 0, 0,
+  return enqueue(describe_call(CollectiveKind::kAllgather, input),
                  [out = output, in = input](shm::Channel& ch) mutable {
                    shm::allgather(ch, out, in);
                  });
@@ -209,14 +210,14 @@ std::shared_ptr<Work> ShmGroup::do_allgather(at::Tensor& output, const at::Tenso
 
 std::shared_ptr<Work> ShmGroup::do_reduce_scatter(at::Tensor& output, const at::Tensor& input,
                                                   const ReduceScatterOptions& opts) {
-  return enqueue(shm::OpKind::kReduceScatter, input, static_cast<int>(opts.op), 0,
+  return enqueue(describe_call(CollectiveKind::kReduceScatter, input, static_cast<int>(opts.op)),
                  [out = output, in = input, op = opts.op](shm::Channel& ch) mutable {
                    shm::reduce_scatter(ch, out, in, op);
                  });
 }
 
 std::shared_ptr<Work> ShmGroup::do_barrier() {
-  return enqueue(shm::OpKind::kBarrier, at::Tensor(), 0, 0,
+  return enqueue(describe_call(CollectiveKind::kBarrier, at::Tensor()),
                  [](shm::Channel& ch) { shm::barrier(ch); });
 }
 
