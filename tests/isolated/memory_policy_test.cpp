@@ -229,21 +229,10 @@ TEST(MemoryPolicy, UnknownValueIsAnErrorNamingTheVariable) {
   });
 }
 
-// A single-rank group made the way a training program makes it.
-std::shared_ptr<ProcessGroup> init_one_rank(std::optional<ProcessOptions> process) {
-  InitOptions o;
-  o.backend = "gloo";
-  o.store = Store::hash();
-  o.rank = 0;
-  o.world_size = 1;
-  o.process = process;
-  return init_process_group(o);
-}
-
 TEST(MemoryPolicy, InitProcessGroupAppliesTheEnvironmentsPolicy) {
   run_in_child([] {
     ::setenv("DPX_MALLOC", "system", 1);
-    auto pg = init_one_rank(ProcessOptions{});
+    auto pg = test::init_single_rank(ProcessOptions{});
     EXPECT_EQ(apply_memory_policy(MemoryPolicy::kRetain), MemoryPolicy::kSystem);
   });
 }
@@ -251,7 +240,7 @@ TEST(MemoryPolicy, InitProcessGroupAppliesTheEnvironmentsPolicy) {
 TEST(MemoryPolicy, InitProcessGroupRetainsByDefault) {
   run_in_child([] {
     ::unsetenv("DPX_MALLOC");
-    auto pg = init_one_rank(ProcessOptions{});
+    auto pg = test::init_single_rank(ProcessOptions{});
     EXPECT_EQ(c10::GetCPUAllocator(), &cache());
     EXPECT_EQ(apply_memory_policy(MemoryPolicy::kSystem), MemoryPolicy::kRetain);
   });
@@ -260,10 +249,10 @@ TEST(MemoryPolicy, InitProcessGroupRetainsByDefault) {
 TEST(MemoryPolicy, InitProcessGroupLeavesTheAllocatorWhenToldTo) {
   run_in_child([] {
     ::unsetenv("DPX_MALLOC");
-    auto pg = init_one_rank(std::nullopt);
+    auto pg = test::init_single_rank(std::nullopt);
     ProcessOptions sigpipe_only;
     sigpipe_only.apply_memory_policy = false;
-    pg = init_one_rank(sigpipe_only);
+    pg = test::init_single_rank(sigpipe_only);
     EXPECT_NE(c10::GetCPUAllocator(), &cache());
     EXPECT_EQ(apply_memory_policy(MemoryPolicy::kSystem), MemoryPolicy::kSystem);  // the first
   });

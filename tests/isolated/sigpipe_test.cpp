@@ -21,17 +21,6 @@ void (*sigpipe_handler())(int) {
 
 void custom_handler(int) {}
 
-// A single-rank group made the way a training program makes it.
-std::shared_ptr<ProcessGroup> init_one_rank(std::optional<ProcessOptions> process) {
-  InitOptions o;
-  o.backend = "gloo";
-  o.store = Store::hash();
-  o.rank = 0;
-  o.world_size = 1;
-  o.process = process;
-  return init_process_group(o);
-}
-
 TEST(Sigpipe, InitProcessIgnoresIt) {
   run_in_child([] {
     ASSERT_EQ(sigpipe_handler(), SIG_DFL);
@@ -43,18 +32,18 @@ TEST(Sigpipe, InitProcessIgnoresIt) {
 TEST(Sigpipe, InitProcessGroupIgnoresItByDefault) {
   run_in_child([] {
     ASSERT_EQ(sigpipe_handler(), SIG_DFL);
-    auto pg = init_one_rank(ProcessOptions{});
+    auto pg = test::init_single_rank(ProcessOptions{});
     EXPECT_EQ(sigpipe_handler(), SIG_IGN);
   });
 }
 
 TEST(Sigpipe, InitProcessGroupLeavesItWhenToldTo) {
   run_in_child([] {
-    auto pg = init_one_rank(std::nullopt);
+    auto pg = test::init_single_rank(std::nullopt);
     EXPECT_EQ(sigpipe_handler(), SIG_DFL);
     ProcessOptions no_sigpipe;
     no_sigpipe.ignore_sigpipe = false;
-    pg = init_one_rank(no_sigpipe);
+    pg = test::init_single_rank(no_sigpipe);
     EXPECT_EQ(sigpipe_handler(), SIG_DFL);
   });
 }

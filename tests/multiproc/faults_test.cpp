@@ -11,12 +11,7 @@ namespace dpx {
 namespace {
 
 using std::chrono::milliseconds;
-
-ProcessGroup::Options short_timeout(int ms) {
-  ProcessGroup::Options o;
-  o.timeout = milliseconds(ms);
-  return o;
-}
+using test::with_timeout;
 
 // Runs `body` and returns the message of the DistributedError subtype E it throws.
 template <typename E, typename F>
@@ -56,7 +51,7 @@ TEST(Faults, MasterNeverAnswers) {
 TEST(Faults, RankKilledDuringCollectiveRaisesTypedError) {
   test::StoreServer server;
   auto results = test::run_processes(3, [&](int rank) {
-    auto pg = new_process_group("gloo", server.client(), rank, 3, short_timeout(5000));
+    auto pg = new_process_group("gloo", server.client(), rank, 3, with_timeout(milliseconds(5000)));
     auto t = at::ones({1 << 16});
     pg->allreduce(t)->wait();  // everyone is connected and working
     if (rank == 2) {
@@ -81,7 +76,7 @@ TEST(Faults, RankKilledDuringCollectiveRaisesTypedError) {
 TEST(Faults, PeerThatNeverCallsTimesOut) {
   test::StoreServer server;
   auto results = test::run_processes(2, [&](int rank) {
-    auto pg = new_process_group("gloo", server.client(), rank, 2, short_timeout(1000));
+    auto pg = new_process_group("gloo", server.client(), rank, 2, with_timeout(milliseconds(1000)));
     auto sync = server.client();
     if (rank == 0) {
       auto t = at::ones({4});
@@ -101,7 +96,8 @@ TEST(Faults, MismatchedCollectivesAreNamedOnEveryRankAtOnce) {
     SCOPED_TRACE(backend);
     test::StoreServer server;
     auto results = test::run_processes(2, [&](int rank) {
-      auto pg = new_process_group(backend, server.client(), rank, 2, short_timeout(30000));
+      auto pg = new_process_group(backend, server.client(), rank, 2,
+                                  with_timeout(milliseconds(30000)));
       const auto start = std::chrono::steady_clock::now();
       auto expect_named = [&](const std::function<void()>& issue, const std::string& theirs) {
         auto msg = expect_throws<DistributedError>(issue);
@@ -145,8 +141,9 @@ TEST(Faults, SettingsThatMustAgreeAreCheckedAtSetUp) {
     test::StoreServer server;
     auto results = test::run_processes(2, [&](int rank) {
       ::setenv(c.variable, c.values[rank], 1);
-      auto msg = expect_throws<DistributedError>(
-          [&] { new_process_group("shm", server.client(), rank, 2, short_timeout(10000)); });
+      auto msg = expect_throws<DistributedError>([&] {
+        new_process_group("shm", server.client(), rank, 2, with_timeout(milliseconds(10000)));
+      });
       EXPECT_NE(msg.find(std::string("ranks disagree on ") + c.variable + ": this rank has " +
                          c.values[rank] + ", rank " + std::to_string(1 - rank) + " has " +
                          c.values[1 - rank]),
@@ -160,8 +157,9 @@ TEST(Faults, RanksOnDifferentBackendsFailAtSetUp) {
   test::StoreServer server;
   auto results = test::run_processes(2, [&](int rank) {
     const std::string mine = rank == 0 ? "shm" : "gloo";
-    auto msg = expect_throws<DistributedError>(
-        [&] { new_process_group(mine, server.client(), rank, 2, short_timeout(10000)); });
+    auto msg = expect_throws<DistributedError>([&] {
+      new_process_group(mine, server.client(), rank, 2, with_timeout(milliseconds(10000)));
+    });
     EXPECT_NE(msg.find("ranks disagree on backend: this rank has " + mine), std::string::npos)
         << msg;
   }, {std::chrono::seconds(60)});

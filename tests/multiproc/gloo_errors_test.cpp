@@ -12,19 +12,15 @@ namespace dpx {
 namespace {
 
 using std::chrono::milliseconds;
-
-ProcessGroup::Options timeout_of(int ms) {
-  ProcessGroup::Options o;
-  o.timeout = milliseconds(ms);
-  return o;
-}
+using test::with_timeout;
 
 bool has(const std::string& s, const char* what) { return s.find(what) != std::string::npos; }
 
 TEST(GlooErrors, ADeadPeerIsPeerLostInGloosOwnWords) {
   test::StoreServer server;
   auto results = test::run_processes(2, [&](int rank) {
-    auto pg = new_process_group("gloo", server.client(), rank, 2, timeout_of(10000));
+    auto pg = new_process_group("gloo", server.client(), rank, 2,
+                                with_timeout(milliseconds(10000)));
     auto t = at::ones({1 << 12});
     pg->allreduce(t)->wait();
     if (rank == 1) test::kill_this_rank();
@@ -39,6 +35,7 @@ TEST(GlooErrors, ADeadPeerIsPeerLostInGloosOwnWords) {
     } catch (const std::exception& e) {
       ADD_FAILURE() << "not PeerLostError: " << e.what();
     }
+    EXPECT_THROW(pg->barrier()->wait(), PeerLostError);  // the group stays failed, same type
   }, {std::chrono::seconds(60)});
   EXPECT_TRUE(results[0].ok()) << results[0].output;
 }
@@ -46,7 +43,7 @@ TEST(GlooErrors, ADeadPeerIsPeerLostInGloosOwnWords) {
 TEST(GlooErrors, APeerThatNeverCallsIsTimeoutInGloosOwnWords) {
   test::StoreServer server;
   auto results = test::run_processes(2, [&](int rank) {
-    auto pg = new_process_group("gloo", server.client(), rank, 2, timeout_of(1000));
+    auto pg = new_process_group("gloo", server.client(), rank, 2, with_timeout(milliseconds(1000)));
     auto sync = server.client();
     if (rank == 1) {
       sync->get("rank 0 timed out");  // alive, never calling, until rank 0 gave up
@@ -65,6 +62,11 @@ TEST(GlooErrors, APeerThatNeverCallsIsTimeoutInGloosOwnWords) {
     } catch (const std::exception& e) {
       ADD_FAILURE() << "not TimeoutError: " << e.what();
     }
+    // The group stays failed: the next collective reports the same error at once instead of
+    // waiting out the timeout again (Note [Checked issue]).
+    const auto start = std::chrono::steady_clock::now();
+    EXPECT_THROW(pg->allreduce(t)->wait(milliseconds(10000)), TimeoutError);
+    EXPECT_LT(std::chrono::steady_clock::now() - start, milliseconds(900));
     sync->set("rank 0 timed out", "1");
   }, {std::chrono::seconds(60)});
   test::expect_all_ok(results);

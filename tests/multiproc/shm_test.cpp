@@ -17,12 +17,7 @@ namespace dpx {
 namespace {
 
 using std::chrono::milliseconds;
-
-ProcessGroup::Options with_timeout(milliseconds t) {
-  ProcessGroup::Options o;
-  o.timeout = t;
-  return o;
-}
+using test::with_timeout;
 
 // Tiny slots and a tiny small-message limit, so tests of a few KB cross many rounds.
 void use_tiny_slots() {

@@ -11,6 +11,7 @@
 #include <sstream>
 #include <thread>
 
+#include "dpx/comm/init.h"
 #include "dpx/process.h"
 
 namespace dpx::test {
@@ -184,6 +185,22 @@ std::shared_ptr<Store> StoreServer::client(std::chrono::milliseconds timeout) co
   o.port = port();
   o.timeout = timeout;
   return Store::tcp(o);
+}
+
+ProcessGroup::Options with_timeout(std::chrono::milliseconds timeout) {
+  ProcessGroup::Options o;
+  o.timeout = timeout;
+  return o;
+}
+
+std::shared_ptr<ProcessGroup> init_single_rank(std::optional<ProcessOptions> process) {
+  InitOptions o;
+  o.backend = "gloo";
+  o.store = Store::hash();
+  o.rank = 0;
+  o.world_size = 1;
+  o.process = process;
+  return init_process_group(o);
 }
 
 std::vector<std::string> backends() { return {"gloo", "shm"}; }

@@ -9,7 +9,9 @@
 #include <string>
 #include <vector>
 
+#include "dpx/comm/process_group.h"
 #include "dpx/comm/store.h"
+#include "dpx/process.h"
 
 namespace dpx::test {
 
@@ -64,6 +66,12 @@ class StoreServer {
  private:
   std::shared_ptr<Store> server_;
 };
+
+// Options of a group whose collectives time out after `timeout`.
+ProcessGroup::Options with_timeout(std::chrono::milliseconds timeout);
+
+// A single-rank gloo group made by init_process_group, with `process` as InitOptions::process.
+std::shared_ptr<ProcessGroup> init_single_rank(std::optional<ProcessOptions> process);
 
 // The backends the collective tests run on.
 std::vector<std::string> backends();

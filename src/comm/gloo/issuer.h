@@ -7,7 +7,9 @@
 // gradient hook would stall backward instead of overlapping with it. So callers only queue
 // the collective; the issuer thread checks it and hands it to Gloo, one after the other, and
 // the caller's Work follows the one Gloo returns. One thread also keeps the order in which
-// c10d numbers (tags) the operations the same on every rank.
+// c10d numbers (tags) the operations the same on every rank. After a lost peer or a timeout,
+// Gloo's connections stay broken, so what is queued behind fails at once with the same type
+// (tests/multiproc/gloo_errors_test.cpp), not after another timeout.
 #pragma once
 
 #include <chrono>
