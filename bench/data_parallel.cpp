@@ -127,6 +127,8 @@ double max_grad_difference(const Cnn& init, const Args& args, const torch::Tenso
 }
 
 int run(const Args& args) {
+  // One process: DPX_MALLOC's policy (retain when unset) holds for every configuration alike.
+  const MemoryPolicy policy = apply_memory_policy();
   torch::manual_seed(0);
   auto x = torch::randn({args.batch, 1, 28, 28});
   auto y = torch::randint(10, {args.batch});
@@ -155,9 +157,8 @@ int run(const Args& args) {
               static_cast<long long>(args.steps));
   std::printf("# intra-op threads: at::set_num_threads%s per configuration\n",
               set_blas_threads(1) ? " and openblas_set_num_threads" : "");
-  // One process: the policy DataParallel applied holds for every configuration alike.
   std::printf("# allocator: %s for every configuration (DPX_MALLOC; docs/ddp.md)\n",
-              apply_memory_policy() == MemoryPolicy::kRetain ? "freed memory retained"
+              policy == MemoryPolicy::kRetain ? "freed memory retained"
                                                              : "glibc's defaults");
   const double difference = max_grad_difference(init, args, x, y);
   std::printf("# check: max |grad difference| DataParallel vs plain, one step: %.3g\n",

@@ -110,6 +110,11 @@ void train(Model model, const Args& a, Mode mode, const std::string& model_name,
            std::uint16_t port, const std::string& out) {
   torch::set_num_threads(a.threads);
   if (applies_retain(mode)) apply_memory_policy(MemoryPolicy::kRetain);
+  // What init_process_group would choose for the process (dpx/process.h): SIGPIPE ignored,
+  // and DPX_MALLOC's policy (retain when unset) for DDP, as DDP programs get it.
+  ProcessOptions process;
+  process.apply_memory_policy = is_ddp(mode);
+  if (communicates(mode)) init_process(process);
   const int world = world_of(mode);
   std::shared_ptr<ProcessGroup> pg;
   if (communicates(mode)) {
@@ -353,7 +358,7 @@ void report(const Args& a, const std::string& model, const std::vector<Mode>& mo
     }
     med[m] = {median(sps), median(cpu), median(faults), median(comm), median(exposed)};
   }
-  const bool retain = Env::read().malloc.value_or(MemoryPolicy::kRetain) == MemoryPolicy::kRetain;
+  const bool retain = memory_policy_in_env() == MemoryPolicy::kRetain;
   std::printf("\n### %s (batch %d per process, %d intra-op thread(s), backend %s, %d rounds, "
               "DPX_MALLOC=%s)\n\n", model == "cnn" ? "Fashion-MNIST CNN" : "MLP", a.batch,
               a.threads, a.backend.c_str(), a.rounds, retain ? "retain" : "system");

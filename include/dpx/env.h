@@ -1,18 +1,23 @@
-// Every environment variable the library reads, parsed in one place (docs/env.md).
-// The launcher writes these; the library only reads them.
+// The launcher contract: the environment variables dpxrun and torchrun set for every worker
+// (spec/launcher.md, docs/env.md). The launcher writes them; the library only reads them.
+//
+// Note [Environment]
+// Each subsystem reads its own variables where it is set up, so a malformed variable breaks
+// only what uses it: init_process_group reads this contract, DPX_BACKEND and DPX_DEBUG; the shm
+// backend its DPX_SHM_* tuning; the memory policy DPX_MALLOC*; the heartbeat DPX_AGENT_STORE
+// and DPX_HEARTBEAT_*; the gloo backend GLOO_SOCKET_IFNAME. Every error names the variable and
+// the value it found.
 #pragma once
 
 #include <optional>
 #include <string>
-
-#include "dpx/memory_policy.h"
 
 namespace dpx {
 
 enum class DebugLevel { kOff, kInfo, kDetail };
 
 struct Env {
-  // The launcher contract (spec/launcher.md); unset variables stay empty.
+  // Unset variables stay empty.
   std::optional<std::string> master_addr;  // MASTER_ADDR
   std::optional<int> master_port;          // MASTER_PORT
   std::optional<int> rank;                 // RANK
@@ -26,31 +31,6 @@ struct Env {
   // TORCHELASTIC_USE_AGENT_STORE == "True": the launcher already serves the store at
   // MASTER_ADDR:MASTER_PORT, so rank 0 connects to it instead of starting one.
   bool use_agent_store = false;
-  // GLOO_SOCKET_IFNAME: the network interface Gloo binds to (e.g. eth0).
-  std::optional<std::string> gloo_socket_ifname;
-  // dpxrun's worker heartbeat (dpx::Heartbeat): DPX_AGENT_STORE ("host:port" of the agent's
-  // store), DPX_HEARTBEAT_KEY (this worker's key in it), DPX_HEARTBEAT_TIMEOUT (seconds after
-  // which the agent treats a silent worker as hung). Unset outside dpxrun.
-  std::optional<std::string> agent_store;
-  std::optional<std::string> heartbeat_key;
-  std::optional<double> heartbeat_timeout;
-
-  // DPX_DEBUG, else TORCH_DISTRIBUTED_DEBUG: OFF (default), INFO or DETAIL.
-  DebugLevel debug = DebugLevel::kOff;
-  // DPX_BACKEND: replaces the backend "auto" (shm, gloo).
-  std::optional<std::string> backend;
-  // Tuning of the shm backend (docs/backends.md): bytes of one data slot (DPX_SHM_SLOT_BYTES),
-  // largest all-reduce on the one-post path (DPX_SHM_SMALL_BYTES), busy-wait before sleeping
-  // in microseconds (DPX_SHM_SPIN_US).
-  std::optional<int> shm_slot_bytes;
-  std::optional<int> shm_small_bytes;
-  std::optional<int> shm_spin_us;
-  // DPX_MALLOC: what the allocator does with freed memory, `retain` or `system`; unset means
-  // retain (dpx::apply_memory_policy).
-  std::optional<MemoryPolicy> malloc;
-  // DPX_MALLOC_CACHE_MB: most MiB of freed blocks the block cache keeps; unset: a quarter of the
-  // memory this process may use, shared among the host's LOCAL_WORLD_SIZE processes.
-  std::optional<int> malloc_cache_mb;
 
   // Reads the process environment now. Malformed values throw, naming the variable.
   static Env read();
@@ -58,5 +38,8 @@ struct Env {
   // The value, or an error "environment variable NAME expected, but not set".
   static std::string require(const char* name);
 };
+
+// DPX_DEBUG, else TORCH_DISTRIBUTED_DEBUG: OFF (default), INFO or DETAIL. Read now.
+DebugLevel debug_level();
 
 }  // namespace dpx

@@ -1,6 +1,6 @@
 // What happens to the memory of the tensors a training step frees (docs/ddp.md, "Memory between
-// steps"). DistributedDataParallel and DataParallel apply the policy
-// named by DPX_MALLOC when they are constructed; other programs may apply one themselves.
+// steps"). init_process() (dpx/process.h), which init_process_group() calls by default, applies
+// the policy DPX_MALLOC names; programs may apply one themselves.
 #pragma once
 
 #include <cstddef>
@@ -18,6 +18,9 @@ enum class MemoryPolicy {
 // over DPX_MALLOC. Later calls change nothing: blocks already handed out by the cache must find
 // it when they are freed, so it cannot be taken out again.
 MemoryPolicy apply_memory_policy(std::optional<MemoryPolicy> policy = std::nullopt);
+
+// The policy DPX_MALLOC names (unset: retain), read now; an error names a bad value.
+MemoryPolicy memory_policy_in_env();
 
 // Gives every cached free block back to malloc (and so the largest ones to the kernel), e.g.
 // after an evaluation pass that used sizes training does not; returns the bytes released. 0 when

@@ -9,6 +9,7 @@
 #include "comm/store/job_token.h"
 #include "dpx/comm/errors.h"
 #include "dpx/env.h"
+#include "env_read.h"
 
 namespace dpx {
 namespace {
@@ -118,7 +119,7 @@ Rendezvous rendezvous(const InitOptions& opts) {
 std::string pick_backend(const std::string& asked) {
   std::string b = asked;
   if (b == "auto") {
-    b = Env::read().backend.value_or("auto");
+    b = detail::env_string("DPX_BACKEND").value_or("auto");
   }
   TORCH_CHECK(b == "auto" || b == "shm" || b == "gloo", "unknown backend '", b,
               "'; use auto, shm or gloo");
@@ -140,6 +141,7 @@ std::shared_ptr<ProcessGroup> new_process_group(const std::string& backend,
 
 std::shared_ptr<ProcessGroup> init_process_group(InitOptions opts) {
   const std::string backend = pick_backend(opts.backend);  // bad names fail before connecting
+  if (opts.process) init_process(*opts.process);  // before any socket: Note [SIGPIPE]
   Rendezvous r = rendezvous(opts);
   auto store = Store::prefix(opts.group_name, r.store);
   ProcessGroup::Options pg;

@@ -2,7 +2,6 @@
 
 #include <c10/util/Exception.h>
 
-#include "comm/sigpipe.h"
 #include "dpx/comm/errors.h"
 
 namespace dpx {
@@ -29,7 +28,6 @@ ProcessGroup::ProcessGroup(int rank, int size, Options options)
   TORCH_CHECK(size >= 1, "world_size must be at least 1, got ", size);
   TORCH_CHECK(rank >= 0 && rank < size, "rank ", rank, " is out of range for world_size ", size,
               "; ranks go from 0 to world_size - 1");
-  detail::ignore_sigpipe();  // Note [SIGPIPE]
 }
 
 void ProcessGroup::unsupported(const std::string& what) const {

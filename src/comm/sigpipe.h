@@ -9,8 +9,9 @@ namespace dpx::detail {
 // PeerLostError, no message, just "killed by signal 13" (seen about once in 25 runs of
 // Faults.RankKilledDuringCollectiveRaisesTypedError). With the signal ignored, the write fails
 // with EPIPE and the error reaches the caller as PeerLostError. Python does the same for every
-// program at startup. Called by every process group and TCP store; a handler the program
-// installed itself is left alone. dpxrun restores the default in the workers it starts.
+// program at startup. Called by init_process() (dpx/process.h), which init_process_group()
+// calls by default; a handler the program installed itself is left alone. dpxrun restores the
+// default in the workers it starts.
 void ignore_sigpipe();
 
 }  // namespace dpx::detail

@@ -4,24 +4,27 @@
 
 #include "comm/store/job_token.h"
 #include "dpx/comm/store.h"
-#include "dpx/env.h"
+#include "env_read.h"
 
 namespace dpx {
 
 Heartbeat::Heartbeat(HeartbeatOptions options) {
-  const Env env = Env::read();
-  if (!env.agent_store || !env.heartbeat_key || !env.heartbeat_timeout) {
+  // dpxrun sets all three (Note [Environment] in dpx/env.h); unset outside dpxrun.
+  const auto agent_store = detail::env_string("DPX_AGENT_STORE");
+  const auto heartbeat_key = detail::env_string("DPX_HEARTBEAT_KEY");
+  const auto heartbeat_timeout = detail::env_positive("DPX_HEARTBEAT_TIMEOUT");
+  if (!agent_store || !heartbeat_key || !heartbeat_timeout) {
     return;
   }
   // "dpx://host:port" is a dpx store (dpxrun's c10d rendezvous), which wants the job token;
   // "host:port" a c10d TCPStore (dpxrun's static rendezvous store).
-  std::string addr = *env.agent_store;
+  std::string addr = *agent_store;
   const std::string dpx_scheme = "dpx://";
   const bool dpx_store = addr.rfind(dpx_scheme, 0) == 0;
   if (dpx_store) addr = addr.substr(dpx_scheme.size());
   const auto colon = addr.rfind(':');
   TORCH_CHECK(colon != std::string::npos && colon > 0,
-              "DPX_AGENT_STORE must be host:port or dpx://host:port, got '", *env.agent_store,
+              "DPX_AGENT_STORE must be host:port or dpx://host:port, got '", *agent_store,
               "'");
   TcpStoreOptions o;
   o.host = addr.substr(0, colon);
@@ -30,9 +33,9 @@ Heartbeat::Heartbeat(HeartbeatOptions options) {
   o.c10d_protocol = !dpx_store;
   o.token = dpx_store ? detail::job_token_from_env() : "";
   store_ = Store::tcp(o);
-  key_ = *env.heartbeat_key;
+  key_ = *heartbeat_key;
   auto interval = options.interval.value_or(std::chrono::milliseconds(
-      static_cast<long>(*env.heartbeat_timeout * 1000 / 5)));
+      static_cast<long>(*heartbeat_timeout * 1000 / 5)));
   interval = std::max(interval, std::chrono::milliseconds(10));
   store_->set(key_, "0");
   thread_ = std::thread([this, interval] { run(interval); });

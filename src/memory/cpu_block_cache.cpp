@@ -13,7 +13,7 @@
 #include <fstream>
 #include <string>
 
-#include "dpx/env.h"
+#include "env_read.h"
 
 namespace dpx::detail {
 namespace {
@@ -46,13 +46,13 @@ std::size_t CpuBlockCache::default_limit() {
   std::size_t memory = pages > 0 && page > 0 ? static_cast<std::size_t>(pages) * page
                                              : std::size_t{4} << 30;
   if (const std::size_t cgroup = cgroup_limit(); cgroup > 0) memory = std::min(memory, cgroup);
-  const int local = std::max(1, Env::read().local_world_size.value_or(1));
+  const int local = std::max(1, static_cast<int>(detail::env_int("LOCAL_WORLD_SIZE").value_or(1)));
   return memory / 4 / static_cast<std::size_t>(local);
 }
 
 CpuBlockCache& CpuBlockCache::instance() {
   static CpuBlockCache* cache = [] {
-    const auto mb = Env::read().malloc_cache_mb;
+    const auto mb = detail::env_int("DPX_MALLOC_CACHE_MB", 0);
     auto* c = new CpuBlockCache(mb ? static_cast<std::size_t>(*mb) << 20 : default_limit());
     // fork() copies the cache; its lock must not be held by a thread that the child lacks.
     ::pthread_atfork([] { instance().mutex_.lock(); }, [] { instance().mutex_.unlock(); },

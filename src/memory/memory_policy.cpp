@@ -4,7 +4,7 @@
 
 #include <mutex>
 
-#include "dpx/env.h"
+#include "env_read.h"
 #include "memory/cpu_block_cache.h"
 
 namespace dpx {
@@ -18,7 +18,7 @@ std::optional<MemoryPolicy> applied;
 MemoryPolicy apply_memory_policy(std::optional<MemoryPolicy> policy) {
   std::lock_guard<std::mutex> lock(mutex);
   if (applied) return *applied;
-  MemoryPolicy p = policy ? *policy : Env::read().malloc.value_or(MemoryPolicy::kRetain);
+  MemoryPolicy p = policy ? *policy : memory_policy_in_env();
   if (p == MemoryPolicy::kRetain && !detail::CpuBlockCache::instance().install()) {
     TORCH_WARN("dpx: another CPU allocator was registered with a higher priority, so freed "
                "tensor blocks are not cached (DPX_MALLOC=retain has no effect)");
@@ -26,6 +26,14 @@ MemoryPolicy apply_memory_policy(std::optional<MemoryPolicy> policy) {
   }
   applied = p;
   return p;
+}
+
+MemoryPolicy memory_policy_in_env() {
+  const auto m = detail::env_string("DPX_MALLOC");
+  if (!m) return MemoryPolicy::kRetain;
+  TORCH_CHECK(*m == "retain" || *m == "system",
+              "environment variable DPX_MALLOC must be retain or system, got '", *m, "'");
+  return *m == "retain" ? MemoryPolicy::kRetain : MemoryPolicy::kSystem;
 }
 
 std::size_t release_cached_memory() {

@@ -4,7 +4,6 @@
 
 #include <thread>
 
-#include "dpx/memory_policy.h"
 #include "dpx/parallel/scatter_gather.h"
 #include "parallel/data_parallel_backward.h"
 #include "parallel/parallel_apply_threads.h"
@@ -93,7 +92,6 @@ DataParallelCore::DataParallelCore(std::shared_ptr<torch::nn::Module> module,
   TORCH_CHECK(options.threads_per_replica >= 0,
               "DataParallel: threads_per_replica must be >= 0, got ",
               options.threads_per_replica);
-  apply_memory_policy();  // Note [CPU block cache]
   const auto replicas = static_cast<int64_t>(devices_.size());
   threads_ = std::make_shared<ReplicaThreads>(options.threads_per_replica > 0
                                                   ? options.threads_per_replica

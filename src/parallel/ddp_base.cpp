@@ -6,7 +6,6 @@
 
 #include "dpx/env.h"
 #include "dpx/parallel/bucket_assignment.h"
-#include "dpx/memory_policy.h"
 #include "parallel/model_sync.h"
 #include "parallel/reducer.h"
 
@@ -42,7 +41,6 @@ DdpBase::DdpBase(std::shared_ptr<torch::nn::Module> module, std::shared_ptr<Proc
   TORCH_CHECK(!params.empty(), pg_->where(), "DistributedDataParallel is not needed when a "
               "module doesn't have any parameter that requires a gradient.");
   for (const auto& b : base_module_->buffers()) buffers_.push_back(b);
-  apply_memory_policy();  // Note [CPU block cache]
 
   detail::verify_params_across_ranks(*pg_, params);
   std::vector<at::Tensor> state;
@@ -56,7 +54,7 @@ DdpBase::DdpBase(std::shared_ptr<torch::nn::Module> module, std::shared_ptr<Proc
   ro.find_unused_parameters = options_.find_unused_parameters;
   ro.gradient_as_bucket_view = options_.gradient_as_bucket_view;
   ro.static_graph = options_.static_graph;
-  ro.debug = Env::read().debug;
+  ro.debug = debug_level();
   reducer_ = std::make_unique<detail::Reducer>(std::move(params), std::move(names), pg_, ro);
 }
 

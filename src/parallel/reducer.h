@@ -2,8 +2,8 @@
 //
 // Protocol of one iteration (Note [Reducer iteration]):
 //  1. prepare_for_forward(): the previous backward must have finished its reduction; once,
-//     after the first iteration, a synchronised forward rebuilds the buckets in the observed gradient order
-//     (rank 0's order, broadcast to all).
+//     after the first iteration, a synchronised forward rebuilds the buckets in the observed
+//     gradient order (rank 0's order, broadcast to all; reducer_buckets.cpp).
 //  2. prepare_for_backward(outputs): expect gradient hooks; with find_unused_parameters (or in
 //     the first static-graph iteration) find the parameters the outputs do not reach.
 //  3. A hook per parameter fires after its gradient was accumulated: the gradient is copied
@@ -11,6 +11,8 @@
 //     in bucket-index order so that all ranks issue the same collectives in the same order.
 //  4. After the last bucket launched, an end-of-backward callback waits for all buckets and
 //     writes the averages into .grad.
+// Steps 1-4 read in this order in reducer_step.cpp; what happens once (bucket assignment, hooks,
+// rebuild) is in reducer_buckets.cpp.
 #pragma once
 
 #include <ATen/ATen.h>
@@ -31,9 +33,11 @@
 
 namespace dpx::detail {
 
+// DistributedDataParallelOptions (dpx/parallel/ddp_options.h, where the defaults live) as the
+// Reducer needs them: caps in bytes, the debug level already read.
 struct ReducerOptions {
-  std::size_t bucket_bytes = 25 * 1024 * 1024;
-  std::size_t first_bucket_bytes = 1024 * 1024;
+  std::size_t bucket_bytes = 0;
+  std::size_t first_bucket_bytes = 0;
   bool find_unused_parameters = false;
   bool gradient_as_bucket_view = false;
   bool static_graph = false;

@@ -203,11 +203,12 @@ TEST(MemoryPolicy, BadCacheSizeIsAnErrorNamingTheVariable) {
   run_in_child([] {
     ::setenv("DPX_MALLOC_CACHE_MB", "-1", 1);
     try {
-      Env::read();
+      apply_memory_policy();
       ADD_FAILURE() << "no error";
     } catch (const c10::Error& e) {
       EXPECT_THAT(e.what_without_backtrace(),
-                  ::testing::HasSubstr("environment variable DPX_MALLOC_CACHE_MB must be >= 0"));
+                  ::testing::HasSubstr("environment variable DPX_MALLOC_CACHE_MB must be >= 0, "
+                                       "got '-1'"));
     }
   });
 }
@@ -228,21 +229,63 @@ TEST(MemoryPolicy, UnknownValueIsAnErrorNamingTheVariable) {
   });
 }
 
-TEST(MemoryPolicy, DistributedDataParallelAppliesTheEnvironmentsPolicy) {
+TEST(MemoryPolicy, InitProcessGroupAppliesTheEnvironmentsPolicy) {
   run_in_child([] {
     ::setenv("DPX_MALLOC", "system", 1);
-    torch::nn::Linear net(4, 2);
-    DistributedDataParallel ddp(net, new_process_group("gloo", Store::hash(), 0, 1));
+    auto pg = test::init_single_rank(ProcessOptions{});
     EXPECT_EQ(apply_memory_policy(MemoryPolicy::kRetain), MemoryPolicy::kSystem);
   });
 }
 
-TEST(MemoryPolicy, DataParallelAppliesTheEnvironmentsPolicy) {
+TEST(MemoryPolicy, InitProcessGroupRetainsByDefault) {
+  run_in_child([] {
+    ::unsetenv("DPX_MALLOC");
+    auto pg = test::init_single_rank(ProcessOptions{});
+    EXPECT_EQ(c10::GetCPUAllocator(), &cache());
+    EXPECT_EQ(apply_memory_policy(MemoryPolicy::kSystem), MemoryPolicy::kRetain);
+  });
+}
+
+TEST(MemoryPolicy, InitProcessGroupLeavesTheAllocatorWhenToldTo) {
+  run_in_child([] {
+    ::unsetenv("DPX_MALLOC");
+    auto pg = test::init_single_rank(std::nullopt);
+    ProcessOptions sigpipe_only;
+    sigpipe_only.apply_memory_policy = false;
+    pg = test::init_single_rank(sigpipe_only);
+    EXPECT_NE(c10::GetCPUAllocator(), &cache());
+    EXPECT_EQ(apply_memory_policy(MemoryPolicy::kSystem), MemoryPolicy::kSystem);  // the first
+  });
+}
+
+TEST(MemoryPolicy, InitProcessAppliesTheOneAskedFor) {
+  run_in_child([] {
+    ::setenv("DPX_MALLOC", "retain", 1);
+    ProcessOptions o;
+    o.memory_policy = MemoryPolicy::kSystem;  // wins over DPX_MALLOC
+    init_process(o);
+    EXPECT_NE(c10::GetCPUAllocator(), &cache());
+    EXPECT_EQ(apply_memory_policy(), MemoryPolicy::kSystem);
+  });
+}
+
+TEST(MemoryPolicy, DistributedDataParallelLeavesTheAllocatorAlone) {
+  run_in_child([] {
+    ::unsetenv("DPX_MALLOC");
+    torch::nn::Linear net(4, 2);
+    DistributedDataParallel ddp(net, new_process_group("gloo", Store::hash(), 0, 1));
+    EXPECT_NE(c10::GetCPUAllocator(), &cache());
+    EXPECT_EQ(apply_memory_policy(MemoryPolicy::kSystem), MemoryPolicy::kSystem);  // the first
+  });
+}
+
+TEST(MemoryPolicy, DataParallelLeavesTheAllocatorAlone) {
   run_in_child([] {
     ::unsetenv("DPX_MALLOC");
     torch::nn::Linear net(4, 2);
     DataParallel dp(net);
-    EXPECT_EQ(apply_memory_policy(MemoryPolicy::kSystem), MemoryPolicy::kRetain);
+    EXPECT_NE(c10::GetCPUAllocator(), &cache());
+    EXPECT_EQ(apply_memory_policy(MemoryPolicy::kSystem), MemoryPolicy::kSystem);  // the first
   });
 }
 

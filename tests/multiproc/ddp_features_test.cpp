@@ -123,6 +123,40 @@ INSTANTIATE_TEST_SUITE_P(
                       HookCase{"bf16", hooks::bf16_compress_hook, 1e-2}),
     [](const auto& info) { return info.param.name; });
 
+// The compressing hooks really send fp16/bf16: the result is exactly the average of the
+// wire-rounded, pre-divided local gradients (Gloo and shm round each sum once), which differs
+// from the float32 average.
+TEST(CommHooks, CompressedHooksGiveTheWireRoundedAverage) {
+  for (auto wire : {at::kHalf, at::kBFloat16}) {
+    SCOPED_TRACE(c10::toString(wire));
+    on_two_ranks([&](int rank, auto pg) {
+      auto batch = test::make_batches(1, kWorld, kPerRank, {16})[0];
+      torch::manual_seed(5);
+      test::Mlp net;
+      DistributedDataParallel ddp(net, pg);
+      ddp.register_comm_hook({}, wire == at::kHalf ? hooks::fp16_compress_hook
+                                                   : hooks::bf16_compress_hook);
+      auto b = test::slice(batch, rank, kWorld);
+      torch::nn::functional::cross_entropy(ddp->forward(b.x), b.y).backward();
+      std::vector<std::vector<torch::Tensor>> local(kWorld);  // each rank's own gradients
+      for (int r = 0; r < kWorld; ++r) {
+        torch::manual_seed(5);
+        test::Mlp m;
+        mlp_loss(m, test::slice(batch, r, kWorld)).backward();
+        local[r] = grads_of(m);
+      }
+      const auto got = grads_of(net);
+      bool differs_from_fp32 = false;
+      for (std::size_t i = 0; i < got.size(); ++i) {
+        auto rounded = local[0][i].to(wire).div_(kWorld).add(local[1][i].to(wire).div_(kWorld));
+        EXPECT_TRUE(got[i].equal(rounded.to(at::kFloat))) << "parameter " << i;
+        differs_from_fp32 |= !got[i].equal((local[0][i] + local[1][i]) / kWorld);
+      }
+      EXPECT_TRUE(differs_from_fp32);
+    });
+  }
+}
+
 TEST(DdpEval, ForwardsWithoutBackwardDoNotDisturbTraining) {
   on_two_ranks([](int rank, auto pg) {
     auto batches = test::make_batches(3, kWorld, kPerRank, {16});

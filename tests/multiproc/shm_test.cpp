@@ -6,7 +6,6 @@
 #include <unistd.h>
 
 #include <iostream>
-#include <thread>
 
 #include <torch/torch.h>
 
@@ -18,12 +17,7 @@ namespace dpx {
 namespace {
 
 using std::chrono::milliseconds;
-
-ProcessGroup::Options with_timeout(milliseconds t) {
-  ProcessGroup::Options o;
-  o.timeout = t;
-  return o;
-}
+using test::with_timeout;
 
 // Tiny slots and a tiny small-message limit, so tests of a few KB cross many rounds.
 void use_tiny_slots() {
@@ -136,12 +130,14 @@ TEST(ShmBackend, WaitWithAShortTimeoutReturnsWhileTheCollectiveRuns) {
   test::StoreServer server;
   auto results = test::run_processes(2, [&](int rank) {
     auto pg = new_process_group("shm", server.client(), rank, 2);
+    auto sync = server.client();
     auto t = at::ones({1000});
-    if (rank == 1) std::this_thread::sleep_for(milliseconds(800));
+    if (rank == 1) sync->get("rank 0 gave up waiting");  // joins only after that
     auto work = pg->allreduce(t);
     if (rank == 0) {
       EXPECT_THROW(work->wait(milliseconds(50)), TimeoutError);  // rank 1 is not there yet
       EXPECT_FALSE(work->is_completed());
+      sync->set("rank 0 gave up waiting", "1");
     }
     work->wait();  // the background thread finishes it once rank 1 joins
     EXPECT_TRUE(t.equal(at::full({1000}, 2.0f)));
@@ -178,11 +174,13 @@ TEST(ShmBackend, PeerThatNeverCallsTimesOut) {
   test::StoreServer server;
   auto results = test::run_processes(2, [&](int rank) {
     auto pg = new_process_group("shm", server.client(), rank, 2, with_timeout(milliseconds(1000)));
+    auto sync = server.client();
     auto t = at::ones({4});
     if (rank == 0) {
       EXPECT_THROW(pg->allreduce(t)->wait(), TimeoutError);
+      sync->set("rank 0 timed out", "1");
     } else {
-      std::this_thread::sleep_for(milliseconds(2500));
+      sync->get("rank 0 timed out");  // calls only after rank 0 gave up
       // Rank 0 gave up and told the group; this rank learns it instead of waiting again.
       EXPECT_THROW(pg->allreduce(t)->wait(), TimeoutError);
     }

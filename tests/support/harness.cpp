@@ -11,8 +11,16 @@
 #include <sstream>
 #include <thread>
 
+#include "dpx/comm/init.h"
+#include "dpx/process.h"
+
 namespace dpx::test {
 namespace {
+
+// The ranks of these tiers (and the test process that hosts their store) are set up as
+// init_process_group sets up a training process: SIGPIPE ignored, DPX_MALLOC's policy applied.
+// The isolated tier, which tests those choices, never calls the helpers below that do this.
+void as_training_process() { init_process(); }
 
 [[noreturn]] void run_child(int rank, const std::function<void(int)>& fn, const std::string& log) {
   int fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
@@ -47,6 +55,7 @@ std::string read_file(const std::string& path) {
 }
 
 std::vector<std::string> run_threads(int world, const std::function<void(int)>& fn) {
+  as_training_process();
   std::vector<std::string> errors(world);
   std::vector<std::thread> threads;
   for (int r = 0; r < world; ++r) {
@@ -63,8 +72,11 @@ std::vector<std::string> run_threads(int world, const std::function<void(int)>& 
   return errors;
 }
 
-std::vector<ProcResult> run_processes(int world, const std::function<void(int)>& fn,
-                                      ProcOptions options) {
+namespace {
+
+// Forks the ranks; no process-wide choice is made here (run_in_child needs none).
+std::vector<ProcResult> fork_ranks(int world, const std::function<void(int)>& fn,
+                                   ProcOptions options) {
   char dir_template[] = "/tmp/dpx-test-XXXXXX";
   std::string dir = ::mkdtemp(dir_template);
   std::fflush(stdout);
@@ -133,6 +145,18 @@ std::vector<ProcResult> run_processes(int world, const std::function<void(int)>&
   return results;
 }
 
+}  // namespace
+
+std::vector<ProcResult> run_processes(int world, const std::function<void(int)>& fn,
+                                      ProcOptions options) {
+  as_training_process();  // inherited by the children
+  return fork_ranks(world, fn, options);
+}
+
+void run_in_child(const std::function<void()>& fn) {
+  expect_all_ok(fork_ranks(1, [&](int) { fn(); }, {}));  // a pristine process: no choices made
+}
+
 void kill_this_rank() {
   ::kill(::getpid(), SIGKILL);
   ::pause();
@@ -147,11 +171,8 @@ void expect_all_ok(const std::vector<ProcResult>& results) {
   }
 }
 
-void run_in_child(const std::function<void()>& fn) {
-  expect_all_ok(run_processes(1, [&](int) { fn(); }));
-}
-
 StoreServer::StoreServer(std::chrono::milliseconds timeout) {
+  as_training_process();
   TcpStoreOptions o;
   o.is_server = true;
   o.port = 0;
@@ -164,6 +185,22 @@ std::shared_ptr<Store> StoreServer::client(std::chrono::milliseconds timeout) co
   o.port = port();
   o.timeout = timeout;
   return Store::tcp(o);
+}
+
+ProcessGroup::Options with_timeout(std::chrono::milliseconds timeout) {
+  ProcessGroup::Options o;
+  o.timeout = timeout;
+  return o;
+}
+
+std::shared_ptr<ProcessGroup> init_single_rank(std::optional<ProcessOptions> process) {
+  InitOptions o;
+  o.backend = "gloo";
+  o.store = Store::hash();
+  o.rank = 0;
+  o.world_size = 1;
+  o.process = process;
+  return init_process_group(o);
 }
 
 std::vector<std::string> backends() { return {"gloo", "shm"}; }

@@ -9,12 +9,15 @@
 #include <string>
 #include <vector>
 
+#include "dpx/comm/process_group.h"
 #include "dpx/comm/store.h"
+#include "dpx/process.h"
 
 namespace dpx::test {
 
-// Runs fn(rank) on `world` threads and waits for all; returns the first exception's message per
-// rank ("" when that rank succeeded). gtest assertions inside fn are fine (they are thread-safe).
+// Runs fn(rank) on `world` threads, in a process set up by dpx::init_process, and waits for
+// all; returns the first exception's message per rank ("" when that rank succeeded). gtest
+// assertions inside fn are fine (they are thread-safe).
 std::vector<std::string> run_threads(int world, const std::function<void(int rank)>& fn);
 
 struct ProcResult {
@@ -30,9 +33,11 @@ struct ProcOptions {
   std::chrono::milliseconds timeout = std::chrono::seconds(120);
 };
 
-// Forks `world` children running fn(rank). A child exits 0 when fn returns without a gtest
-// failure, 1 on failure or exception (message on stderr). Children still running at the timeout
-// are killed; none outlives the call, even if the parent test fails.
+// Forks `world` children running fn(rank), after making the process-wide choices a training
+// program gets from init_process_group (dpx::init_process), which the children inherit. A child
+// exits 0 when fn returns without a gtest failure, 1 on failure or exception (message on
+// stderr). Children still running at the timeout are killed; none outlives the call, even if
+// the parent test fails.
 std::vector<ProcResult> run_processes(int world, const std::function<void(int rank)>& fn,
                                       ProcOptions options = {});
 
@@ -46,6 +51,7 @@ std::string read_file(const std::string& path);
 void expect_all_ok(const std::vector<ProcResult>& results);
 
 // Runs fn in one forked child and asserts that it succeeded: for tests of process-wide settings.
+// Neither this process nor the child has made any process-wide choice (dpx::init_process).
 void run_in_child(const std::function<void()>& fn);
 
 // A TCP store server on a free port (port 0), hosted by the test process; ranks connect
@@ -60,6 +66,12 @@ class StoreServer {
  private:
   std::shared_ptr<Store> server_;
 };
+
+// Options of a group whose collectives time out after `timeout`.
+ProcessGroup::Options with_timeout(std::chrono::milliseconds timeout);
+
+// A single-rank gloo group made by init_process_group, with `process` as InitOptions::process.
+std::shared_ptr<ProcessGroup> init_single_rank(std::optional<ProcessOptions> process);
 
 // The backends the collective tests run on.
 std::vector<std::string> backends();

@@ -28,7 +28,8 @@ class EnvTest : public ::testing::Test {
   void TearDown() override { clear(); }
   static void clear() {
     for (const char* v : {"MASTER_ADDR", "MASTER_PORT", "RANK", "WORLD_SIZE", "DPX_BACKEND",
-                          "DPX_DEBUG", "TORCH_DISTRIBUTED_DEBUG"}) {
+                          "DPX_DEBUG", "TORCH_DISTRIBUTED_DEBUG", "DPX_SHM_SLOT_BYTES",
+                          "DPX_SHM_SMALL_BYTES", "DPX_SHM_SPIN_US"}) {
       ::unsetenv(v);
     }
   }
@@ -114,7 +115,35 @@ TEST_F(EnvTest, UnknownBackendAndDebugLevel) {
   ::setenv("DPX_BACKEND", "mpi", 1);
   EXPECT_ERROR_HAS(init_process_group(), "unknown backend 'mpi'");
   ::setenv("DPX_DEBUG", "LOUD", 1);
-  EXPECT_ERROR_HAS(Env::read(), "DPX_DEBUG must be OFF, INFO or DETAIL, got 'LOUD'");
+  EXPECT_ERROR_HAS(debug_level(), "DPX_DEBUG must be OFF, INFO or DETAIL, got 'LOUD'");
+}
+
+// Note [Environment]: each subsystem reads only its own variables.
+TEST_F(EnvTest, AMalformedShmVariableBreaksOnlyTheShmBackend) {
+  ::setenv("DPX_SHM_SPIN_US", "fast", 1);
+  torch::nn::Linear net(3, 2);
+  DistributedDataParallel ddp(net, new_process_group("gloo", Store::hash(), 0, 1));
+  ddp->forward(at::ones({4, 3})).sum().backward();
+  EXPECT_TRUE(net->weight.grad().defined());
+  EXPECT_ERROR_HAS(new_process_group("shm", Store::hash(), 0, 1),
+                   "environment variable DPX_SHM_SPIN_US must be an integer, got 'fast'");
+  ::setenv("DPX_SHM_SPIN_US", "-5", 1);
+  EXPECT_ERROR_HAS(new_process_group("shm", Store::hash(), 0, 1),
+                   "environment variable DPX_SHM_SPIN_US must be >= 0, got '-5'");
+  ::unsetenv("DPX_SHM_SPIN_US");
+  ::setenv("DPX_SHM_SLOT_BYTES", "100", 1);
+  EXPECT_ERROR_HAS(new_process_group("shm", Store::hash(), 0, 1),
+                   "environment variable DPX_SHM_SLOT_BYTES must be >= 4096, got '100'");
+}
+
+TEST_F(EnvTest, AMalformedDebugLevelBreaksOnlyWhatReadsIt) {
+  ::setenv("DPX_DEBUG", "LOUD", 1);
+  ::setenv("DPX_SHM_SMALL_BYTES", "x", 1);
+  auto pg = new_process_group("gloo", Store::hash(), 0, 1);  // a group has no use for either
+  auto t = at::ones({2});
+  pg->allreduce(t)->wait();
+  torch::nn::Linear net(3, 2);
+  EXPECT_ERROR_HAS(DistributedDataParallel(net, pg), "DPX_DEBUG must be OFF, INFO or DETAIL");
 }
 
 TEST_F(EnvTest, SingleRankFileStoreWorks) {

@@ -4,10 +4,12 @@
 
 #include <chrono>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "dpx/comm/process_group.h"
 #include "dpx/comm/store.h"
+#include "dpx/process.h"
 
 namespace dpx {
 
@@ -24,11 +26,15 @@ struct InitOptions {
   std::chrono::milliseconds timeout = kDefaultTimeout;
   // Distinguishes several groups of one job on one store (keys are prefixed with it).
   std::string group_name = "default";
+  // The process-wide choices init_process_group makes first (dpx/process.h); std::nullopt
+  // leaves the process as it is.
+  std::optional<ProcessOptions> process = ProcessOptions{};
 };
 
 std::shared_ptr<ProcessGroup> init_process_group(InitOptions options = {});
 
-// A group of the given backend over a store the caller made (tests, tools, sub-groups).
+// A group of the given backend over a store the caller made (tests, tools, sub-groups). Makes
+// no process-wide choice: call init_process() first where they are wanted.
 std::shared_ptr<ProcessGroup> new_process_group(const std::string& backend,
                                                 std::shared_ptr<Store> store, int rank, int size,
                                                 ProcessGroup::Options options = {});

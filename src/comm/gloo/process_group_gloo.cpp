@@ -1,12 +1,12 @@
 #include "comm/gloo/process_group_gloo.h"
 
-#include <cstdlib>
+#include <cstring>
 
-#include "comm/gloo/consistency.h"
+#include "comm/consistency.h"
 #include "comm/gloo/translate.h"
 #include "comm/store/c10d_adapter.h"
 #include "dpx/comm/errors.h"
-#include "dpx/env.h"
+#include "env_read.h"
 
 namespace dpx::detail {
 namespace {
@@ -26,11 +26,10 @@ c10d::ReduceOp to_c10d(ReduceOp op) {
 // Which local address Gloo listens on. GLOO_SOCKET_IFNAME wins (as in PyTorch); a loopback
 // master means a single-host job; otherwise the address this host's name resolves to.
 std::shared_ptr<::gloo::transport::Device> make_device() {
-  const Env env = Env::read();
-  if (env.gloo_socket_ifname) {
-    return c10d::ProcessGroupGloo::createDeviceForInterface(*env.gloo_socket_ifname);
+  if (auto ifname = env_string("GLOO_SOCKET_IFNAME")) {
+    return c10d::ProcessGroupGloo::createDeviceForInterface(*ifname);
   }
-  const std::string addr = env.master_addr.value_or("127.0.0.1");
+  const std::string addr = env_string("MASTER_ADDR").value_or("127.0.0.1");
   if (addr == "localhost" || addr.rfind("127.", 0) == 0) {
     return c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1");
   }
@@ -63,25 +62,48 @@ class GlooWork : public Work {
 
 GlooGroup::GlooGroup(const BackendArgs& args)
     : ProcessGroup(args.rank, args.size, args.options),
-      check_consistency_(Env::read().debug == DebugLevel::kDetail),
       store_(args.store) {
   TORCH_CHECK(args.options.device.is_cpu(), where(), "the gloo backend of dpx works on CPU "
               "tensors only, not ", args.options.device);
   auto opts = c10d::ProcessGroupGloo::Options::create();
   opts->timeout = args.options.timeout;
   opts->devices.push_back(make_device());
+  check_settings_agree(*store_, rank(), size(), {{"backend", "gloo"}}, options().timeout, where());
   try {
     pg_ = c10::make_intrusive<c10d::ProcessGroupGloo>(c10d_store(store_), args.rank, args.size,
                                                       opts);
   } catch (const std::exception& e) {
     rethrow_gloo_error(e, where(), "connect to the other ranks", args.options.timeout);
   }
+  if (size() > 1) issuer_ = std::make_unique<Issuer>(options().timeout, where());
 }
 
-void GlooGroup::check(int op, const at::Tensor& t, int64_t extra) {
-  if (check_consistency_ && size() > 1) {
-    Fingerprint f{op, static_cast<int64_t>(t.scalar_type()), t.numel(), extra};
-    check_consistency(*pg_, f, rank(), size(), where());
+// Stops the issuer before pg_, which its thread uses, goes.
+GlooGroup::~GlooGroup() { issuer_.reset(); }
+
+// Note [Consistency] step 2, by default: Gloo aborts the process on a size mismatch, mixes
+// bytes on a dtype mismatch of equal width and waits out the timeout on an op mismatch, so the
+// descriptors are compared before Gloo sees the data: one small allgather per collective, on
+// the issuer thread (Note [Checked issue] in issuer.h).
+void GlooGroup::check(CollectiveDescriptor mine) {
+  mine.seq = seq_++;
+  constexpr int64_t kWords = sizeof(CollectiveDescriptor) / sizeof(int64_t);
+  auto own = at::empty({kWords}, at::kLong);
+  std::memcpy(own.data_ptr(), &mine, sizeof(mine));
+  auto all = at::empty({size(), kWords}, at::kLong);
+  std::vector<std::vector<at::Tensor>> out(1);
+  for (int r = 0; r < size(); ++r) out[0].push_back(all[r]);
+  std::vector<at::Tensor> in{own};
+  try {
+    pg_->allgather(out, in)->wait(options().timeout);
+  } catch (const std::exception& e) {
+    rethrow_gloo_error(e, where(), to_string(mine.kind), options().timeout);
+  }
+  for (int r = 0; r < size(); ++r) {
+    if (r == rank()) continue;
+    CollectiveDescriptor theirs;
+    std::memcpy(&theirs, all[r].data_ptr(), sizeof(theirs));
+    check_same(mine, theirs, r, where(), "gloo");
   }
 }
 
@@ -113,47 +135,60 @@ std::shared_ptr<Work> GlooGroup::launch_allreduce(at::Tensor& tensor, ReduceOp o
   return wrap(pg_->allreduce(tensors, o), "allreduce");
 }
 
+std::shared_ptr<Work> GlooGroup::issue(const CollectiveDescriptor& desc, Issuer::Launch launch) {
+  if (!issuer_) return launch();  // one rank: nobody to disagree with
+  return issuer_->submit([this, desc, launch = std::move(launch)] {
+    check(desc);
+    return launch();
+  });
+}
+
 std::shared_ptr<Work> GlooGroup::do_allreduce(at::Tensor& tensor, const AllreduceOptions& opts) {
-  check(0, tensor, static_cast<int64_t>(opts.op));
-  return launch_allreduce(tensor, opts.op);
+  return issue(describe_call(CollectiveKind::kAllreduce, tensor, static_cast<int>(opts.op)),
+               [this, t = tensor, op = opts.op]() mutable { return launch_allreduce(t, op); });
 }
 
 std::shared_ptr<Work> GlooGroup::do_broadcast(at::Tensor& tensor, const BroadcastOptions& opts) {
-  check(1, tensor, opts.root);
-  std::vector<at::Tensor> tensors{bits_as_half(tensor)};
-  c10d::BroadcastOptions o;
-  o.rootRank = opts.root;
-  return wrap(pg_->broadcast(tensors, o), "broadcast");
+  return issue(describe_call(CollectiveKind::kBroadcast, tensor, 0, opts.root),
+               [this, t = tensor, root = opts.root] {
+                 std::vector<at::Tensor> tensors{bits_as_half(t)};
+                 c10d::BroadcastOptions o;
+                 o.rootRank = root;
+                 return wrap(pg_->broadcast(tensors, o), "broadcast");
+               });
 }
 
 std::shared_ptr<Work> GlooGroup::do_allgather(at::Tensor& output, const at::Tensor& input) {
-  check(2, input, 0);
-  // Gloo's allgather writes into a list of tensors: views of `output`, one per rank.
-  std::vector<std::vector<at::Tensor>> outputs(1);
-  for (const auto& chunk : output.view({-1}).chunk(size())) {
-    outputs[0].push_back(bits_as_half(chunk.view(input.sizes())));
-  }
-  std::vector<at::Tensor> inputs{bits_as_half(input)};
-  return wrap(pg_->allgather(outputs, inputs), "allgather");
+  return issue(describe_call(CollectiveKind::kAllgather, input), [this, output, input] {
+    // Gloo's allgather writes into a list of tensors: views of `output`, one per rank.
+    std::vector<std::vector<at::Tensor>> outputs(1);
+    for (const auto& chunk : output.view({-1}).chunk(size())) {
+      outputs[0].push_back(bits_as_half(chunk.view(input.sizes())));
+    }
+    std::vector<at::Tensor> inputs{bits_as_half(input)};
+    return wrap(pg_->allgather(outputs, inputs), "allgather");
+  });
 }
 
 std::shared_ptr<Work> GlooGroup::do_reduce_scatter(at::Tensor& output, const at::Tensor& input,
                                                    const ReduceScatterOptions& opts) {
-  check(3, input, static_cast<int64_t>(opts.op));
-  // ProcessGroupGloo has no reduce_scatter: all-reduce a copy of the input and keep our slice.
-  // Twice the traffic of a real reduce-scatter; the shm backend is the fast path on one host.
-  auto full = input.clone();
-  launch_allreduce(full, opts.op)->wait();
-  const auto n = output.numel();
-  output.view({-1}).copy_(full.view({-1}).narrow(0, rank() * n, n));
-  auto done = std::make_shared<CompletionWork>(options().timeout, where());
-  done->complete();
-  return done;
+  return issue(describe_call(CollectiveKind::kReduceScatter, input, static_cast<int>(opts.op)),
+               [this, output, input, op = opts.op]() -> std::shared_ptr<Work> {
+    // ProcessGroupGloo has no reduce_scatter: all-reduce a copy of the input and keep our
+    // slice. Twice the traffic of a real reduce-scatter; shm is the fast path on one host.
+    auto full = input.clone();
+    launch_allreduce(full, op)->wait();
+    const auto n = output.numel();
+    output.view({-1}).copy_(full.view({-1}).narrow(0, rank() * n, n));
+    auto done = std::make_shared<CompletionWork>(options().timeout, where());
+    done->complete();
+    return done;
+  });
 }
 
 std::shared_ptr<Work> GlooGroup::do_barrier() {
-  check(4, at::empty({0}), 0);
-  return wrap(pg_->barrier(), "barrier");
+  return issue(describe_call(CollectiveKind::kBarrier, at::Tensor()),
+               [this] { return wrap(pg_->barrier(), "barrier"); });
 }
 
 std::shared_ptr<ProcessGroup> make_gloo_group(const BackendArgs& args) {

@@ -4,6 +4,8 @@
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 
 #include "comm/backends.h"
+#include "comm/consistency.h"
+#include "comm/gloo/issuer.h"
 #include "dpx/comm/process_group.h"
 
 namespace dpx::detail {
@@ -11,6 +13,7 @@ namespace dpx::detail {
 class GlooGroup : public ProcessGroup {
  public:
   explicit GlooGroup(const BackendArgs& args);
+  ~GlooGroup() override;
   std::string backend() const override { return "gloo"; }
 
  protected:
@@ -25,13 +28,16 @@ class GlooGroup : public ProcessGroup {
   std::shared_ptr<Work> wrap(c10::intrusive_ptr<c10d::Work> work, const char* op);
   // Average and bfloat16, which Gloo lacks, on top of its sum and float32.
   std::shared_ptr<Work> launch_allreduce(at::Tensor& tensor, ReduceOp op);
-  // With DPX_DEBUG=DETAIL: see consistency.h.
-  void check(int op, const at::Tensor& t, int64_t extra);
+  // Queues `launch` behind a check of `desc` across ranks (Note [Checked issue]).
+  std::shared_ptr<Work> issue(const CollectiveDescriptor& desc, Issuer::Launch launch);
+  // Note [Consistency] in comm/consistency.h; on the issuer thread.
+  void check(CollectiveDescriptor mine);
 
-  bool check_consistency_;
+  std::uint32_t seq_ = 0;  // collectives issued on this group; issuer thread only
 
   std::shared_ptr<Store> store_;
   c10::intrusive_ptr<c10d::ProcessGroupGloo> pg_;
+  std::unique_ptr<Issuer> issuer_;  // with more than one rank
 };
 
 }  // namespace dpx::detail

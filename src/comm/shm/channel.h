@@ -10,7 +10,8 @@
 // post, which a peer makes only after finishing round k.
 //
 // Note [Mismatch check]
-// Before its first post of a collective, a rank writes an OpDescriptor; after the first wait it
+// The shm side of Note [Consistency] (comm/consistency.h). Before its first post of a
+// collective, a rank writes its CollectiveDescriptor; after the first wait it
 // compares every peer's descriptor with its own, before reading any peer data. Each rank only
 // ever writes inside its own slot, sized by its own arguments, so ranks that disagree never
 // corrupt memory: they all see the mismatch after exactly one post, raise, and stay aligned
@@ -23,26 +24,15 @@
 
 #include "comm/shm/segment.h"
 #include "comm/shm/wait.h"
-#include "dpx/comm/errors.h"
 
 namespace dpx::detail::shm {
-
-enum class OpKind : std::int32_t { kAllreduce = 1, kBroadcast, kAllgather, kReduceScatter, kBarrier };
-
-const char* to_string(OpKind kind);
-
-// Raised by every rank when ranks run different collectives; the group stays usable.
-class MismatchError : public DistributedError {
- public:
-  using DistributedError::DistributedError;
-};
 
 class Channel {
  public:
   Channel(Segment& segment, Waiter& waiter, int rank, std::string where);
 
   // Starts a collective: publishes its descriptor, sets the deadline.
-  void begin(const OpDescriptor& desc, Clock::time_point deadline);
+  void begin(const CollectiveDescriptor& desc, Clock::time_point deadline);
   // Posts the next step and waits for every peer to post it (checks descriptors the first time).
   void sync();
   // Ends the round: the next one writes the other buffer.
@@ -64,7 +54,7 @@ class Channel {
   std::uint32_t step_ = 0;
   std::uint64_t round_ = 0;
   std::uint32_t seq_ = 0;  // collectives begun on this group
-  OpDescriptor desc_;
+  CollectiveDescriptor desc_;
   bool checked_ = true;
   Clock::time_point deadline_;
 };

@@ -6,8 +6,9 @@
 
 #include <thread>
 
+#include "comm/consistency.h"
 #include "dpx/comm/errors.h"
-#include "dpx/env.h"
+#include "env_read.h"
 
 namespace dpx::detail {
 namespace {
@@ -15,27 +16,27 @@ namespace {
 constexpr std::chrono::milliseconds kHelpPoll{1};
 constexpr int kIdlePolls = 50;
 
-shm::SegmentOptions segment_options(const Env& env, const ProcessGroup::Options& o) {
+// The shm backend's own variables (Note [Environment] in dpx/env.h), read when a group is made.
+struct ShmEnv {
+  std::optional<std::int64_t> slot_bytes = detail::env_int("DPX_SHM_SLOT_BYTES", 4096);
+  std::optional<std::int64_t> small_bytes = detail::env_int("DPX_SHM_SMALL_BYTES", 0);
+  std::optional<std::int64_t> spin_us = detail::env_int("DPX_SHM_SPIN_US", 0);
+};
+
+shm::SegmentOptions segment_options(const ShmEnv& env, const ProcessGroup::Options& o) {
   shm::SegmentOptions s;
-  if (env.shm_slot_bytes) {
-    TORCH_CHECK(*env.shm_slot_bytes >= 4096, "DPX_SHM_SLOT_BYTES must be at least 4096, got ",
-                *env.shm_slot_bytes);
-    s.slot_bytes = static_cast<std::size_t>(*env.shm_slot_bytes);
-  }
+  if (env.slot_bytes) s.slot_bytes = static_cast<std::size_t>(*env.slot_bytes);
   s.timeout = o.timeout;
   return s;
 }
 
-shm::WaitOptions wait_options(const Env& env, int world) {
+shm::WaitOptions wait_options(const ShmEnv& env, int world) {
   shm::WaitOptions w;
   // With more ranks than cores, spin less: the spin yields, but a peer may need the core.
   if (world > static_cast<int>(std::thread::hardware_concurrency())) {
     w.spin = std::chrono::microseconds(20);
   }
-  if (env.shm_spin_us) {
-    TORCH_CHECK(*env.shm_spin_us >= 0, "DPX_SHM_SPIN_US must be >= 0, got ", *env.shm_spin_us);
-    w.spin = std::chrono::microseconds(*env.shm_spin_us);
-  }
+  if (env.spin_us) w.spin = std::chrono::microseconds(*env.spin_us);
   return w;
 }
 
@@ -61,17 +62,20 @@ ShmGroup::ShmGroup(const BackendArgs& args)
     : ProcessGroup(args.rank, args.size, args.options), store_(args.store) {
   TORCH_CHECK(args.options.device.is_cpu(), where(), "the shm backend works on CPU tensors "
               "only, not ", args.options.device);
-  const Env env = Env::read();
-  segment_ = shm::Segment::open(*args.store, rank(), size(), segment_options(env, options()),
-                                where());
+  const ShmEnv env;
+  const shm::SegmentOptions segment = segment_options(env, options());
+  if (env.small_bytes) algorithm_options_.small_bytes = static_cast<std::size_t>(*env.small_bytes);
+  // Both shape how ranks exchange data: a difference gives wrong results (Note [Consistency]).
+  check_settings_agree(*args.store, rank(), size(),
+                       {{"backend", "shm"},
+                        {"DPX_SHM_SLOT_BYTES", std::to_string(segment.slot_bytes)},
+                        {"DPX_SHM_SMALL_BYTES", std::to_string(algorithm_options_.small_bytes)}},
+                       options().timeout, where());
+  segment_ = shm::Segment::open(*args.store, rank(), size(), segment, where());
   const shm::WaitOptions wait = wait_options(env, size());
   spin_ = wait.spin;
   waiter_ = std::make_unique<shm::Waiter>(*segment_, rank(), wait, where());
   channel_ = std::make_unique<shm::Channel>(*segment_, *waiter_, rank(), where());
-  if (env.shm_small_bytes) {
-    TORCH_CHECK(*env.shm_small_bytes >= 0, "DPX_SHM_SMALL_BYTES must be >= 0");
-    algorithm_options_.small_bytes = static_cast<std::size_t>(*env.shm_small_bytes);
-  }
   thread_ = std::thread([this] { run(); });
 }
 
@@ -84,16 +88,10 @@ ShmGroup::~ShmGroup() {
   thread_.join();
 }
 
-std::shared_ptr<Work> ShmGroup::enqueue(shm::OpKind kind, const at::Tensor& t, int reduce_op,
-                                        int root, std::function<void(shm::Channel&)> body) {
+std::shared_ptr<Work> ShmGroup::enqueue(const CollectiveDescriptor& desc,
+                                        std::function<void(shm::Channel&)> body) {
   Task task;
-  task.desc.kind = static_cast<std::int16_t>(kind);
-  if (t.defined()) {
-    task.desc.dtype = static_cast<std::int16_t>(t.scalar_type());
-    task.desc.numel = t.numel();
-  }
-  task.desc.reduce_op = static_cast<std::int16_t>(reduce_op);
-  task.desc.root = root;
+  task.desc = desc;
   task.body = std::move(body);
   task.enqueued = shm::Clock::now();
   task.work = std::make_shared<ShmWork>(weak_from_this(), options().timeout, where(), spin_);
@@ -178,7 +176,7 @@ void ShmGroup::execute(Task& task) {
     task.body(*channel_);
     task.body = nullptr;  // drop the tensors before waking the caller
     task.work->finish();
-  } catch (const shm::MismatchError&) {
+  } catch (const MismatchError&) {
     task.work->finish(std::current_exception());  // every rank raised it; still in step
   } catch (const std::exception& e) {
     // Timeouts and lost peers were already announced to the peers by the waiter.
@@ -191,7 +189,7 @@ void ShmGroup::execute(Task& task) {
 std::shared_ptr<Work> ShmGroup::do_allreduce(at::Tensor& tensor, const AllreduceOptions& opts) {
   at::Tensor t = tensor;
   auto small = algorithm_options_;
-  return enqueue(shm::OpKind::kAllreduce, t, static_cast<int>(opts.op), 0,
+  return enqueue(describe_call(CollectiveKind::kAllreduce, t, static_cast<int>(opts.op)),
                  [t, op = opts.op, small](shm::Channel& ch) mutable {
                    shm::allreduce(ch, t, op, small);
                  });
@@ -199,12 +197,12 @@ std::shared_ptr<Work> ShmGroup::do_allreduce(at::Tensor& tensor, const Allreduce
 
 std::shared_ptr<Work> ShmGroup::do_broadcast(at::Tensor& tensor, const BroadcastOptions& opts) {
   at::Tensor t = tensor;
-  return enqueue(shm::OpKind::kBroadcast, t, 0, opts.root,
+  return enqueue(describe_call(CollectiveKind::kBroadcast, t, 0, opts.root),
                  [t, root = opts.root](shm::Channel& ch) mutable { shm::broadcast(ch, t, root); });
 }
 
 std::shared_ptr<Work> ShmGroup::do_allgather(at::Tensor& output, const at::Tensor& input) {
-  return enqueue(shm::OpKind::kAllgather, input, 0, 0,
+  return enqueue(describe_call(CollectiveKind::kAllgather, input),
                  [out = output, in = input](shm::Channel& ch) mutable {
                    shm::allgather(ch, out, in);
                  });
@@ -212,14 +210,14 @@ std::shared_ptr<Work> ShmGroup::do_allgather(at::Tensor& output, const at::Tenso
 
 std::shared_ptr<Work> ShmGroup::do_reduce_scatter(at::Tensor& output, const at::Tensor& input,
                                                   const ReduceScatterOptions& opts) {
-  return enqueue(shm::OpKind::kReduceScatter, input, static_cast<int>(opts.op), 0,
+  return enqueue(describe_call(CollectiveKind::kReduceScatter, input, static_cast<int>(opts.op)),
                  [out = output, in = input, op = opts.op](shm::Channel& ch) mutable {
                    shm::reduce_scatter(ch, out, in, op);
                  });
 }
 
 std::shared_ptr<Work> ShmGroup::do_barrier() {
-  return enqueue(shm::OpKind::kBarrier, at::Tensor(), 0, 0,
+  return enqueue(describe_call(CollectiveKind::kBarrier, at::Tensor()),
                  [](shm::Channel& ch) { shm::barrier(ch); });
 }
 

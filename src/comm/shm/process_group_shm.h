@@ -73,13 +73,13 @@ class ShmGroup : public ProcessGroup, public std::enable_shared_from_this<ShmGro
 
  private:
   struct Task {
-    shm::OpDescriptor desc;
+    CollectiveDescriptor desc;
     std::function<void(shm::Channel&)> body;
     std::shared_ptr<ShmWork> work;
     shm::Clock::time_point enqueued;
   };
 
-  std::shared_ptr<Work> enqueue(shm::OpKind kind, const at::Tensor& t, int reduce_op, int root,
+  std::shared_ptr<Work> enqueue(const CollectiveDescriptor& desc,
                                 std::function<void(shm::Channel&)> body);
   void run();
   bool claim(Task& task);  // a waiting caller takes the next collective unless one is running

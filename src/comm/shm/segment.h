@@ -27,21 +27,10 @@
 #include <memory>
 #include <string>
 
+#include "comm/consistency.h"
 #include "dpx/comm/store.h"
 
 namespace dpx::detail::shm {
-
-// What a rank says about the collective it is running, compared by every peer before any
-// peer's data is read (Note [Mismatch check] in channel.h).
-struct OpDescriptor {
-  std::uint32_t seq = 0;  // how many collectives this rank ran before on this group
-  std::int16_t kind = 0;
-  std::int16_t dtype = 0;
-  std::int16_t reduce_op = 0;
-  std::int16_t pad = 0;
-  std::int32_t root = 0;
-  std::int64_t numel = 0;  // of the input
-};
 
 // One per rank. `step` is the futex word peers wait on. The descriptors share its cache line:
 // a peer that sees the new step has that line already, so the mismatch check costs no extra
@@ -49,10 +38,10 @@ struct OpDescriptor {
 struct alignas(64) RankControl {
   std::atomic<std::uint32_t> step;
   std::atomic<std::uint32_t> sleepers;  // peers blocked in FUTEX_WAIT on `step`
-  OpDescriptor desc[2];                 // by collective parity
+  CollectiveDescriptor desc[2];         // by collective parity (Note [Mismatch check])
   alignas(64) std::atomic<std::int32_t> pid;
 };
-static_assert(sizeof(OpDescriptor) == 24 && offsetof(RankControl, pid) == 64);
+static_assert(offsetof(RankControl, pid) == 64);
 
 // Why a rank aborted the group; peers rethrow the same type.
 enum class AbortKind : std::uint32_t { kNone = 0, kPeerLost = 1, kTimeout = 2, kOther = 3 };

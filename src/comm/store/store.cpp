@@ -5,7 +5,6 @@
 #include <torch/csrc/distributed/c10d/HashStore.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
-#include "comm/sigpipe.h"
 #include "comm/store/c10d_adapter.h"
 #include "comm/store/store_impl.h"
 #include "comm/store/tcp_client.h"
@@ -42,7 +41,6 @@ std::shared_ptr<Store> Store::tcp(const TcpStoreOptions& o) {
   TORCH_CHECK(!o.host.empty(), "TCP store: the host is empty; give a hostname or an address");
   TORCH_CHECK(o.c10d_protocol || !o.wait_workers,
               "TCP store: wait_workers needs c10d_protocol; dpx's store has no such wait");
-  detail::ignore_sigpipe();  // Note [SIGPIPE]
   const std::string name = address(o.host, o.port);
   try {
     if (o.c10d_protocol) {

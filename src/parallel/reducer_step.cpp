@@ -1,8 +1,13 @@
-// The per-iteration hot path of the Reducer: hooks, bucket launches, end-of-backward.
-// Construction, bucket layout, rebuild and error reports are in reducer_setup.cpp.
+// One DDP step as the Reducer sees it, top to bottom (Note [Reducer iteration] in reducer.h):
+// prepare_for_forward, prepare_for_backward, the gradient hooks filling buckets, bucket
+// launches, the end-of-backward callback writing the results, then a joined rank's stand-in
+// and the errors a step can raise. Construction and the bucket rebuild are in
+// reducer_buckets.cpp.
 #include "parallel/reducer.h"
 
 #include <torch/csrc/autograd/engine.h>
+
+#include <unordered_set>
 
 #include "dpx/comm/errors.h"
 
@@ -14,6 +19,71 @@ double ms_between(std::chrono::steady_clock::time_point a, std::chrono::steady_c
 }
 
 }  // namespace
+
+void Reducer::prepare_for_forward(bool allow_rebuild) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  check_prior_reduction_finished();
+  if (allow_rebuild && rebuild_due()) rebuild_buckets();
+}
+
+void Reducer::reset_iteration() {
+  next_bucket_ = 0;
+  for (auto& bucket : buckets_) {
+    bucket.pending = bucket.variables.size();
+    bucket.future.reset();
+  }
+  std::fill(hook_count_.begin(), hook_count_.end(), 0);
+  std::fill(marked_.begin(), marked_.end(), 0);
+  unused_.clear();
+  local_used_.zero_();
+  used_work_.reset();
+}
+
+bool Reducer::reduces_used_map() const {
+  return (options_.find_unused_parameters && !options_.static_graph) ||
+         (options_.static_graph && iterations_ == 0);
+}
+
+void Reducer::prepare_for_backward(const std::vector<at::Tensor>& outputs) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  reset_iteration();
+  state_ = ReducerState::kAwaitingGradients;
+  forward_end_ = Clock::now();
+  if (options_.static_graph) {
+    if (iterations_ > 0) {
+      for (std::size_t i = 0; i < params_.size(); ++i) {
+        if (expected_hooks_[i] == 0) unused_.push_back(i);
+      }
+    }
+  } else if (options_.find_unused_parameters) {
+    unused_ = find_unused(outputs);
+  }
+}
+
+// The parameters whose gradient accumulator the autograd graph of `outputs` does not reach.
+std::vector<std::size_t> Reducer::find_unused(const std::vector<at::Tensor>& outputs) const {
+  std::unordered_set<torch::autograd::Node*> seen;
+  std::vector<torch::autograd::Node*> stack;
+  for (const auto& out : outputs) {
+    if (!out.defined() || !out.requires_grad()) continue;
+    auto fn = out.grad_fn();
+    if (!fn) fn = torch::autograd::impl::try_get_grad_accumulator(out);
+    if (fn && seen.insert(fn.get()).second) stack.push_back(fn.get());
+  }
+  while (!stack.empty()) {
+    auto* node = stack.back();
+    stack.pop_back();
+    for (const auto& edge : node->next_edges()) {
+      auto* next = edge.function.get();
+      if (next && seen.insert(next).second) stack.push_back(next);
+    }
+  }
+  std::vector<std::size_t> unused;
+  for (std::size_t i = 0; i < params_.size(); ++i) {
+    if (!seen.count(accumulators_[i].get())) unused.push_back(i);
+  }
+  return unused;
+}
 
 void Reducer::autograd_hook(std::size_t index) {
   std::lock_guard<std::mutex> lock(mutex_);
@@ -230,6 +300,51 @@ void Reducer::shadow_backward() {
     used_work_.reset();
   }
   ++iterations_;
+}
+
+void Reducer::check_prior_reduction_finished() {
+  if (state_ != ReducerState::kReducing && state_ != ReducerState::kAllLaunched) return;
+  std::vector<std::size_t> unmarked;
+  for (std::size_t i = 0; i < params_.size(); ++i) {
+    if (!marked_[i]) unmarked.push_back(i);
+  }
+  std::string msg = "Expected to have finished reduction in the prior iteration before starting "
+                    "a new one. ";
+  if (options_.static_graph) {
+    msg += "This error indicates that your training graph has changed in this iteration, e.g. "
+           "a parameter was used in the first iteration but not in this one; this is not "
+           "compatible with static_graph set to true.";
+  } else {
+    msg += "This error indicates that your module has parameters that were not used in "
+           "producing loss. ";
+    msg += options_.find_unused_parameters
+               ? "Since find_unused_parameters is enabled, this likely means that not all "
+                 "forward outputs participate in computing the loss. "
+               : "You can enable unused parameter detection by passing "
+                 "find_unused_parameters=True (DistributedDataParallelOptions::"
+                 "find_unused_parameters = true), and by ";
+    msg += "making sure all forward function outputs participate in calculating loss.";
+  }
+  std::string indices;
+  for (auto i : unmarked) indices += (indices.empty() ? "" : " ") + std::to_string(i);
+  const std::string rank = std::to_string(pg_->rank());
+  if (options_.debug == DebugLevel::kOff) {
+    msg += "\nParameter indices which did not receive grad for rank " + rank + ": " + indices +
+           "\nIn addition, you can set the environment variable DPX_DEBUG (or "
+           "TORCH_DISTRIBUTED_DEBUG) to INFO or DETAIL to print out which parameters did not "
+           "receive gradient on this rank as part of this error.";
+  } else {
+    msg += "\nParameters which did not receive grad for rank " + rank + ": " +
+           names_of(unmarked) + "\nParameter indices which did not receive grad for rank " +
+           rank + ": " + indices;
+  }
+  TORCH_CHECK(false, pg_->where(), msg);
+}
+
+std::string Reducer::names_of(const std::vector<std::size_t>& indices) const {
+  std::string out;
+  for (auto i : indices) out += (out.empty() ? "" : ", ") + names_[i];
+  return out;
 }
 
 }  // namespace dpx::detail

@@ -1,5 +1,7 @@
-// The Reducer's construction, bucket layout and one-time rebuild, unused-parameter search,
-// error reports and statistics. The per-iteration hot path is in reducer.cpp.
+// What the Reducer does once, or once in a while: construction (bucket assignment, the
+// gradient hooks), the one-time bucket rebuild after the first iteration (Note [Bucket rebuild]),
+// the comm hook's registration and the statistics. What it does in every step, in the order a
+// step runs, is in reducer_step.cpp.
 #include "parallel/reducer.h"
 
 #include <torch/csrc/autograd/function_hook.h>
@@ -7,8 +9,6 @@
 
 #include <algorithm>
 #include <c10/util/strides.h>
-
-#include <unordered_set>
 
 #include "dpx/parallel/bucket_assignment.h"
 
@@ -37,6 +37,8 @@ Reducer::Reducer(std::vector<at::Tensor> params, std::vector<std::string> names,
       pg_(std::move(pg)),
       options_(options),
       div_factor_(pg_->size()) {
+  TORCH_INTERNAL_ASSERT(options_.bucket_bytes > 0 && options_.first_bucket_bytes > 0,
+                        "bucket caps unset");
   const std::size_t n = params_.size();
   hook_count_.assign(n, 0);
   marked_.assign(n, 0);
@@ -102,33 +104,9 @@ void Reducer::initialize_buckets(const std::vector<std::vector<std::size_t>>& as
   reset_iteration();
 }
 
-void Reducer::reset_iteration() {
-  next_bucket_ = 0;
-  for (auto& bucket : buckets_) {
-    bucket.pending = bucket.variables.size();
-    bucket.future.reset();
-  }
-  std::fill(hook_count_.begin(), hook_count_.end(), 0);
-  std::fill(marked_.begin(), marked_.end(), 0);
-  unused_.clear();
-  local_used_.zero_();
-  used_work_.reset();
-}
-
-bool Reducer::reduces_used_map() const {
-  return (options_.find_unused_parameters && !options_.static_graph) ||
-         (options_.static_graph && iterations_ == 0);
-}
-
 bool Reducer::rebuild_due() const {
   return !rebuilt_ && iterations_ >= 1 &&
          (options_.static_graph || !options_.find_unused_parameters);
-}
-
-void Reducer::prepare_for_forward(bool allow_rebuild) {
-  std::lock_guard<std::mutex> lock(mutex_);
-  check_prior_reduction_finished();
-  if (allow_rebuild && rebuild_due()) rebuild_buckets();
 }
 
 // Note [Bucket rebuild]: after the first iteration the buckets are laid out again in the order
@@ -157,92 +135,6 @@ void Reducer::rebuild_buckets() {
       params_, {options_.first_bucket_bytes, options_.bucket_bytes}, indices);
   initialize_buckets(assignment.buckets);
   observed_order_.clear();
-}
-
-void Reducer::prepare_for_backward(const std::vector<at::Tensor>& outputs) {
-  std::lock_guard<std::mutex> lock(mutex_);
-  reset_iteration();
-  state_ = ReducerState::kAwaitingGradients;
-  forward_end_ = Clock::now();
-  if (options_.static_graph) {
-    if (iterations_ > 0) {
-      for (std::size_t i = 0; i < params_.size(); ++i) {
-        if (expected_hooks_[i] == 0) unused_.push_back(i);
-      }
-    }
-  } else if (options_.find_unused_parameters) {
-    unused_ = find_unused(outputs);
-  }
-}
-
-// The parameters whose gradient accumulator the autograd graph of `outputs` does not reach.
-std::vector<std::size_t> Reducer::find_unused(const std::vector<at::Tensor>& outputs) const {
-  std::unordered_set<torch::autograd::Node*> seen;
-  std::vector<torch::autograd::Node*> stack;
-  for (const auto& out : outputs) {
-    if (!out.defined() || !out.requires_grad()) continue;
-    auto fn = out.grad_fn();
-    if (!fn) fn = torch::autograd::impl::try_get_grad_accumulator(out);
-    if (fn && seen.insert(fn.get()).second) stack.push_back(fn.get());
-  }
-  while (!stack.empty()) {
-    auto* node = stack.back();
-    stack.pop_back();
-    for (const auto& edge : node->next_edges()) {
-      auto* next = edge.function.get();
-      if (next && seen.insert(next).second) stack.push_back(next);
-    }
-  }
-  std::vector<std::size_t> unused;
-  for (std::size_t i = 0; i < params_.size(); ++i) {
-    if (!seen.count(accumulators_[i].get())) unused.push_back(i);
-  }
-  return unused;
-}
-
-std::string Reducer::names_of(const std::vector<std::size_t>& indices) const {
-  std::string out;
-  for (auto i : indices) out += (out.empty() ? "" : ", ") + names_[i];
-  return out;
-}
-
-void Reducer::check_prior_reduction_finished() {
-  if (state_ != ReducerState::kReducing && state_ != ReducerState::kAllLaunched) return;
-  std::vector<std::size_t> unmarked;
-  for (std::size_t i = 0; i < params_.size(); ++i) {
-    if (!marked_[i]) unmarked.push_back(i);
-  }
-  std::string msg = "Expected to have finished reduction in the prior iteration before starting "
-                    "a new one. ";
-  if (options_.static_graph) {
-    msg += "This error indicates that your training graph has changed in this iteration, e.g. "
-           "a parameter was used in the first iteration but not in this one; this is not "
-           "compatible with static_graph set to true.";
-  } else {
-    msg += "This error indicates that your module has parameters that were not used in "
-           "producing loss. ";
-    msg += options_.find_unused_parameters
-               ? "Since find_unused_parameters is enabled, this likely means that not all "
-                 "forward outputs participate in computing the loss. "
-               : "You can enable unused parameter detection by passing "
-                 "find_unused_parameters=True (DistributedDataParallelOptions::"
-                 "find_unused_parameters = true), and by ";
-    msg += "making sure all forward function outputs participate in calculating loss.";
-  }
-  std::string indices;
-  for (auto i : unmarked) indices += (indices.empty() ? "" : " ") + std::to_string(i);
-  const std::string rank = std::to_string(pg_->rank());
-  if (options_.debug == DebugLevel::kOff) {
-    msg += "\nParameter indices which did not receive grad for rank " + rank + ": " + indices +
-           "\nIn addition, you can set the environment variable DPX_DEBUG (or "
-           "TORCH_DISTRIBUTED_DEBUG) to INFO or DETAIL to print out which parameters did not "
-           "receive gradient on this rank as part of this error.";
-  } else {
-    msg += "\nParameters which did not receive grad for rank " + rank + ": " +
-           names_of(unmarked) + "\nParameter indices which did not receive grad for rank " +
-           rank + ": " + indices;
-  }
-  TORCH_CHECK(false, pg_->where(), msg);
 }
 
 void Reducer::register_comm_hook(std::any state, CommHook hook) {

@@ -1,0 +1,105 @@
+#include "comm/gloo/issuer.h"
+
+#include <algorithm>
+
+#include "dpx/comm/errors.h"
+
+namespace dpx::detail {
+
+// Waits first for the issuer to launch the collective, then for the collective, both within
+// the caller's one timeout.
+class Issuer::IssuedWork : public Work {
+ public:
+  IssuedWork(std::chrono::milliseconds timeout, const std::string& where)
+      : Work(timeout), where_(where) {}
+
+  void wait(std::chrono::milliseconds timeout) override {
+    const auto deadline = std::chrono::steady_clock::now() + timeout;
+    std::shared_ptr<Work> launched;
+    {
+      std::unique_lock<std::mutex> lock(mutex_);
+      if (!cv_.wait_until(lock, deadline, [&] { return launched_ || error_; })) {
+        throw TimeoutError(where_ + "gloo: the collective was not issued within " +
+                           std::to_string(timeout.count()) + " ms: the collectives before it "
+                           "or its check across ranks wait for a peer that is stuck or gone.");
+      }
+      if (error_) std::rethrow_exception(error_);
+      launched = launched_;
+    }
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+        deadline - std::chrono::steady_clock::now());
+    launched->wait(std::max(left, std::chrono::milliseconds(0)));
+  }
+  using Work::wait;
+
+  bool is_completed() override {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return error_ != nullptr || (launched_ && launched_->is_completed());
+  }
+
+  std::exception_ptr exception() override {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (error_) return error_;
+    return launched_ ? launched_->exception() : nullptr;
+  }
+
+  void finish(std::shared_ptr<Work> launched, std::exception_ptr error) {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      launched_ = std::move(launched);
+      error_ = error;
+    }
+    cv_.notify_all();
+  }
+
+ private:
+  std::string where_;
+  std::mutex mutex_;
+  std::condition_variable cv_;
+  std::shared_ptr<Work> launched_;
+  std::exception_ptr error_;
+};
+
+Issuer::Issuer(std::chrono::milliseconds timeout, std::string where)
+    : timeout_(timeout), where_(std::move(where)), thread_([this] { run(); }) {}
+
+Issuer::~Issuer() {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    stop_ = true;
+  }
+  cv_.notify_all();
+  thread_.join();
+}
+
+std::shared_ptr<Work> Issuer::submit(Launch launch) {
+  auto work = std::make_shared<IssuedWork>(timeout_, where_);
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    queue_.push_back({std::move(launch), work});
+  }
+  cv_.notify_one();
+  return work;
+}
+
+void Issuer::run() {
+  for (;;) {
+    Task task;
+    {
+      std::unique_lock<std::mutex> lock(mutex_);
+      cv_.wait(lock, [&] { return stop_ || !queue_.empty(); });
+      if (queue_.empty()) return;  // stopped, and nothing left to issue
+      task = std::move(queue_.front());
+      queue_.pop_front();
+    }
+    try {
+      auto launched = task.launch();
+      task.launch = nullptr;  // drop the tensors it holds before the caller wakes
+      task.work->finish(std::move(launched), nullptr);
+    } catch (...) {
+      task.work->finish(nullptr, std::current_exception());
+    }
+  }
+}
+
+}  // namespace dpx::detail

@@ -1,0 +1,12 @@
+#include "dpx/process.h"
+
+#include "comm/sigpipe.h"
+
+namespace dpx {
+
+void init_process(const ProcessOptions& options) {
+  if (options.ignore_sigpipe) detail::ignore_sigpipe();
+  if (options.apply_memory_policy) apply_memory_policy(options.memory_policy);
+}
+
+}  // namespace dpx
