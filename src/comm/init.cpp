@@ -59,17 +59,25 @@ void check_resolves(const std::string& host, const char* source, int rank, int w
 // may be torchrun's c10d TCPStore (or dpxrun's static one, which PyTorch workers share): speak
 // c10d's protocol to it. Otherwise rank 0 serves dpx's own store, bound to MASTER_ADDR, with the
 // job's token.
-std::shared_ptr<Store> tcp_store(const std::string& host, int port, int rank, int world_size,
-                                 bool agent_store, const std::string& token,
-                                 std::chrono::milliseconds timeout, const char* host_source) {
-  TORCH_CHECK(port >= 0 && port <= 65535, "master port ", port, " is not a TCP port (0-65535)");
-  check_resolves(host, host_source, rank, world_size);
+struct StoreAt {
+  std::string host;
+  int port = 0;
+  const char* host_source;  // what named the host, for errors: "MASTER_ADDR", ...
+  bool agent_store = false;
+  std::string token;
+};
+
+std::shared_ptr<Store> tcp_store(const StoreAt& at, const Rendezvous& r,
+                                 std::chrono::milliseconds timeout) {
+  TORCH_CHECK(at.port >= 0 && at.port <= 65535, "master port ", at.port,
+              " is not a TCP port (0-65535)");
+  check_resolves(at.host, at.host_source, r.rank, r.world_size);
   TcpStoreOptions o;
-  o.host = host;
-  o.port = static_cast<std::uint16_t>(port);
-  o.is_server = rank == 0 && !agent_store;
-  o.c10d_protocol = agent_store;
-  o.token = token;
+  o.host = at.host;
+  o.port = static_cast<std::uint16_t>(at.port);
+  o.is_server = r.rank == 0 && !at.agent_store;
+  o.c10d_protocol = at.agent_store;
+  o.token = at.token;
   o.timeout = timeout;
   return Store::tcp(o);
 }
@@ -91,8 +99,8 @@ Rendezvous rendezvous(const InitOptions& opts) {
     check_rank(r.rank, r.world_size);
     const std::string addr = required(env.master_addr, "MASTER_ADDR");
     const int port = required(env.master_port, "MASTER_PORT");
-    r.store = tcp_store(addr, port, r.rank, r.world_size, env.use_agent_store,
-                        detail::job_token_from_env(), opts.timeout, "MASTER_ADDR");
+    r.store = tcp_store({addr, port, "MASTER_ADDR", env.use_agent_store,
+                         detail::job_token_from_env()}, r, opts.timeout);
     if (env.use_agent_store) {
       // The launcher's store outlives worker restarts: keep each attempt's keys apart, under
       // the prefix torch.distributed uses, so dpx and PyTorch workers agree on it.
@@ -107,8 +115,8 @@ Rendezvous rendezvous(const InitOptions& opts) {
               "' needs rank and world_size: add ?rank=R&world_size=W or set them in InitOptions");
   check_rank(r.rank, r.world_size);
   if (url.scheme == "tcp") {
-    r.store = tcp_store(url.host, url.port, r.rank, r.world_size, false, url.token, opts.timeout,
-                        "the init method's host");
+    r.store = tcp_store({url.host, url.port, "the init method's host", false, url.token}, r,
+                        opts.timeout);
   } else {
     r.store = Store::file(url.path, r.world_size);
     r.store->set_timeout(opts.timeout);

@@ -134,8 +134,8 @@ TEST(CommHooks, CompressedHooksGiveTheWireRoundedAverage) {
       torch::manual_seed(5);
       test::Mlp net;
       DistributedDataParallel ddp(net, pg);
-      ddp.register_comm_hook({}, wire == at::kHalf ? hooks::fp16_compress_hook
-                                                   : hooks::bf16_compress_hook);
+      ddp->register_comm_hook({}, wire == at::kHalf ? hooks::fp16_compress_hook
+                                                    : hooks::bf16_compress_hook);
       auto b = test::slice(batch, rank, kWorld);
       torch::nn::functional::cross_entropy(ddp->forward(b.x), b.y).backward();
       std::vector<std::vector<torch::Tensor>> local(kWorld);  // each rank's own gradients

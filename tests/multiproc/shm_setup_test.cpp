@@ -81,7 +81,11 @@ TEST(ShmSetup, Rank0KilledInsideTheSetupWindowLeavesNothingBehind) {
         ADD_FAILURE() << "rank 0 finished a set-up that rank 1 never joined";
         return;
       }
-      store->wait({"shm/1/name"});  // rank 0 has made the segment and waits for rank 1
+      // Rank 1 passes the set-up's settings check as a rank with rank 0's settings would (Note
+      // [Consistency]: each rank publishes its settings under settings/<group>/<rank>), then
+      // stays away from the segment: rank 0 makes it and waits for rank 1 to open it.
+      store->set("settings/1/1", store->get("settings/1/0"));
+      store->wait({"shm/1/name"});
       const int pid0 = std::stoi(store->get("pid0"));
       ASSERT_EQ(::kill(pid0, SIGKILL), 0);
       EXPECT_EQ(dev_shm_entries_of(pid0), 0);

@@ -63,13 +63,14 @@ TEST(TorchrunInterop, DpxWorkerUsesTorchrunsAgentStoreInStaticMode) {
 }
 
 // What a launcher adds to its workers' environment: every variable the worker has that the test
-// process does not. Python itself (not torchrun) adds LC_CTYPE when it coerces the C locale
-// (PEP 538), so that one is not part of the contract.
+// process does not. Not part of the contract: LC_CTYPE, which Python itself (not torchrun) sets
+// when it coerces the C locale (PEP 538), and TMPDIR, which run_launcher gives each launcher.
 std::map<std::string, std::string> added_by_launcher(std::map<std::string, std::string> env) {
   for (auto it = env.begin(); it != env.end();) {
     const bool inherited = std::getenv(it->first.c_str()) != nullptr &&
                            it->second == std::getenv(it->first.c_str());
-    it = inherited || it->first == "LC_CTYPE" ? env.erase(it) : std::next(it);
+    const bool not_contract = it->first == "LC_CTYPE" || it->first == "TMPDIR";
+    it = inherited || not_contract ? env.erase(it) : std::next(it);
   }
   return env;
 }
