@@ -5,28 +5,16 @@
 #include <torch/torch.h>
 
 #include "dpx/dpx.h"
+#include "expect_throws.h"
 #include "harness.h"
 
 namespace dpx {
 namespace {
 
 using std::chrono::milliseconds;
+using test::expect_throws;
 using test::with_timeout;
 
-// Runs `body` and returns the message of the DistributedError subtype E it throws.
-template <typename E, typename F>
-std::string expect_throws(F&& body) {
-  try {
-    body();
-  } catch (const E& e) {
-    return e.what();
-  } catch (const std::exception& e) {
-    ADD_FAILURE() << "wrong exception type: " << e.what();
-    return "";
-  }
-  ADD_FAILURE() << "no exception";
-  return "";
-}
 
 TEST(Faults, PortAlreadyInUse) {
   test::StoreServer taken;

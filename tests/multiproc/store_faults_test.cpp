@@ -13,6 +13,7 @@
 
 #include "comm/store/tcp_protocol.h"
 #include "dpx/dpx.h"
+#include "expect_throws.h"
 #include "harness.h"
 #include "launcher_harness.h"
 
@@ -96,19 +97,6 @@ std::shared_ptr<Store> client_store(int port, const std::string& token = "",
   return Store::tcp(o);
 }
 
-template <typename E>
-std::string message_of(const std::function<void()>& fn) {
-  try {
-    fn();
-  } catch (const E& e) {
-    return e.what();
-  } catch (const std::exception& e) {
-    ADD_FAILURE() << "wrong exception type: " << e.what();
-    return "";
-  }
-  ADD_FAILURE() << "no exception";
-  return "";
-}
 
 double seconds_since(Clock::time_point start) {
   return std::chrono::duration<double>(Clock::now() - start).count();
@@ -125,12 +113,12 @@ TEST(StoreFaults, MasterPortHeldByAnotherProgram) {
     o.timeout = 3000ms;
     const auto start = Clock::now();
     if (rank == 0) {
-      auto msg = message_of<DistributedError>([&] { init_process_group(o); });
+      auto msg = test::expect_throws<DistributedError>([&] { init_process_group(o); });
       EXPECT_NE(msg.find("already in use"), std::string::npos) << msg;
       EXPECT_LT(seconds_since(start), 3.0);
       return;
     }
-    auto msg = message_of<TimeoutError>([&] { init_process_group(o); });
+    auto msg = test::expect_throws<TimeoutError>([&] { init_process_group(o); });
     EXPECT_NE(msg.find("did not answer dpx's store handshake"), std::string::npos) << msg;
     EXPECT_GE(seconds_since(start), 2.9);
     EXPECT_LT(seconds_since(start), 15.0);  // the 3 s timeout, loosely
@@ -146,7 +134,7 @@ TEST(StoreFaults, AForeignListenerThatClosesIsAnErrorNotAnAbort) {
     ::close(c);
   });
   test::run_in_child([&] {
-    auto msg = message_of<DistributedError>([&] { client_store(port, "", 5s); });
+    auto msg = test::expect_throws<DistributedError>([&] { client_store(port, "", 5s); });
     EXPECT_NE(msg.find("not a dpx store"), std::string::npos) << msg;
   });
   closer.join();
@@ -206,9 +194,9 @@ TEST(StoreFaults, GarbageAndSilentClientsAreDropped) {
 
 TEST(StoreFaults, AClientWithoutTheJobTokenIsRefused) {
   auto server = server_store("s3cret");
-  auto msg = message_of<DistributedError>([&] { client_store(server->port(), "other"); });
+  auto msg = test::expect_throws<DistributedError>([&] { client_store(server->port(), "other"); });
   EXPECT_NE(msg.find("job token does not match"), std::string::npos) << msg;
-  message_of<DistributedError>([&] { client_store(server->port(), ""); });
+  test::expect_throws<DistributedError>([&] { client_store(server->port(), ""); });
   client_store(server->port(), "s3cret")->set("k", "v");
   EXPECT_EQ(server->get("k"), "v");
 
@@ -221,7 +209,7 @@ TEST(StoreFaults, AClientWithoutTheJobTokenIsRefused) {
         "tcp://127.0.0.1:" + port + "?world_size=2&rank=" + std::to_string(rank) + "&token=";
     if (rank == 1) {
       o.init_method = url + "wrong";
-      auto msg = message_of<DistributedError>([&] { init_process_group(o); });
+      auto msg = test::expect_throws<DistributedError>([&] { init_process_group(o); });
       EXPECT_NE(msg.find("job token does not match"), std::string::npos) << msg;
     }
     o.init_method = url + "t";
