@@ -1,5 +1,5 @@
 // The launcher contract: the environment variables dpxrun and torchrun set for every worker
-// (spec/launcher.md, docs/env.md). The launcher writes them; the library only reads them.
+// (docs/launcher.md, docs/env.md). The launcher writes them; the library only reads them.
 //
 // Note [Environment]
 // Each subsystem reads its own variables where it is set up, so a malformed variable breaks

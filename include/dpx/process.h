@@ -13,8 +13,8 @@ namespace dpx {
 
 struct ProcessOptions {
   // Ignore SIGPIPE, so that a write to a dead peer's socket fails with EPIPE and reaches the
-  // caller as PeerLostError instead of killing this process (Note [SIGPIPE] in
-  // src/comm/sigpipe.h). A handler the program installed itself is left alone.
+  // caller as PeerLostError instead of killing this process (docs/errors.md, "SIGPIPE"). A
+  // handler the program installed itself is left alone.
   bool ignore_sigpipe = true;
   // Apply a memory policy (apply_memory_policy): `memory_policy`, else the one DPX_MALLOC
   // names, retain when unset (freed CPU blocks stay cached for the next step; docs/ddp.md).
