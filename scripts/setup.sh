@@ -49,7 +49,7 @@ has_torch() {
 if [ "${DPX_TORCH:-}" = "1.13" ] || has_torch; then
   exit 0
 fi
-echo "setup: installing PyTorch $torch_version from PyPI into $venv (about 2.6 GB to download, 4.3 GB on disk)"
+echo "setup: installing PyTorch $torch_version from PyPI into $venv (about 2.6 GB to download, 4.4 GB on disk)"
 [ -x "$venv/bin/python" ] || /usr/bin/python3 -m venv "$venv"
 log="$venv/pip.log"
 if ! "$venv/bin/python" -m pip install -q --no-deps "torch==$torch_version.*" >"$log" 2>&1; then
