@@ -2,6 +2,7 @@
 // src/comm/store/tcp_server.h): a foreign program on the store's port, clients that send half a
 // request, announce 2 GiB, send garbage, say nothing, or present another job's token.
 #include <arpa/inet.h>
+#include <netdb.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <sys/socket.h>
@@ -192,6 +193,16 @@ TEST(StoreFaults, GarbageAndSilentClientsAreDropped) {
   EXPECT_EQ(rank->get("still"), "here");
 }
 
+TEST(StoreFaults, AValueOverTheFrameLimitIsAClearErrorAndTheClientCarriesOn) {
+  auto server = server_store();
+  auto rank = client_store(server->port());
+  auto msg = test::expect_throws<DistributedError>(
+      [&] { rank->set("big", std::string((64u << 20) + 1, 'x')); });
+  EXPECT_NE(msg.find("over the store's limit of 64 MiB"), std::string::npos) << msg;
+  rank->set("small", "ok");
+  EXPECT_EQ(server->get("small"), "ok");
+}
+
 TEST(StoreFaults, AClientWithoutTheJobTokenIsRefused) {
   auto server = server_store("s3cret");
   auto msg = test::expect_throws<DistributedError>([&] { client_store(server->port(), "other"); });
@@ -216,6 +227,32 @@ TEST(StoreFaults, AClientWithoutTheJobTokenIsRefused) {
     init_process_group(o)->barrier()->wait();
   }, {60s});
   test::expect_all_ok(results);
+}
+
+// Note [Listening on a name]: this machine's own name, which /etc/hosts maps to a loopback
+// address, is how the other hosts name it; the store must not hide on loopback then.
+TEST(StoreFaults, AHostNameThatResolvesToLoopbackHereIsServedOnEveryInterface) {
+  char name[256] = {};
+  ASSERT_EQ(::gethostname(name, sizeof(name) - 1), 0);
+  addrinfo hints{}, *found = nullptr;
+  hints.ai_family = AF_INET;
+  if (::getaddrinfo(name, nullptr, &hints, &found) != 0) {
+    GTEST_SKIP() << "SKIPPED: " << name << " does not resolve";
+  }
+  const bool on_loopback =
+      (ntohl(reinterpret_cast<sockaddr_in*>(found->ai_addr)->sin_addr.s_addr) >> 24) == 127;
+  ::freeaddrinfo(found);
+  if (!on_loopback) GTEST_SKIP() << "SKIPPED: " << name << " does not resolve to loopback here";
+  TcpStoreOptions o;
+  o.host = name;
+  o.is_server = true;
+  auto server = Store::tcp(o);
+  // Listening on every interface holds the port on 127.0.0.2 too.
+  Socket other{::socket(AF_INET, SOCK_STREAM, 0)};
+  auto a = loopback(server->port(), "127.0.0.2");
+  EXPECT_NE(::bind(other.fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)), 0);
+  client_store(server->port())->set("k", "v");
+  EXPECT_EQ(server->get("k"), "v");
 }
 
 TEST(StoreFaults, TheServerListensOnlyOnTheAddressItWasGiven) {

@@ -1,5 +1,6 @@
 #include "comm/gloo/process_group_gloo.h"
 
+#include <algorithm>
 #include <cstring>
 
 #include "comm/consistency.h"
@@ -44,7 +45,9 @@ class GlooWork : public Work {
 
   void wait(std::chrono::milliseconds timeout) override {
     try {
-      work_->wait(timeout);
+      // c10d reads a timeout of 0 as "no timeout": a caller whose time is up (the issuer passes
+      // what is left of its deadline) would wait forever. 1 ms is the shortest bounded wait.
+      work_->wait(std::max(timeout, std::chrono::milliseconds(1)));
     } catch (const std::exception& e) {
       rethrow_gloo_error(e, where_, op_, timeout);
     }

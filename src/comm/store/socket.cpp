@@ -1,5 +1,6 @@
 #include "comm/store/socket.h"
 
+#include <arpa/inet.h>
 #include <fcntl.h>
 #include <netdb.h>
 #include <netinet/in.h>
@@ -109,9 +110,63 @@ void Fd::reset() {
   fd_ = -1;
 }
 
+namespace {
+
+bool is_loopback(const sockaddr* a) {
+  if (a->sa_family == AF_INET) {
+    const auto* v4 = reinterpret_cast<const sockaddr_in*>(a);
+    return (ntohl(v4->sin_addr.s_addr) >> 24) == 127;
+  }
+  if (a->sa_family == AF_INET6) {
+    return IN6_IS_ADDR_LOOPBACK(&reinterpret_cast<const sockaddr_in6*>(a)->sin6_addr);
+  }
+  return false;
+}
+
+bool is_ip_literal(const std::string& host) {
+  unsigned char buf[sizeof(in6_addr)];
+  return ::inet_pton(AF_INET, host.c_str(), buf) == 1 ||
+         ::inet_pton(AF_INET6, host.c_str(), buf) == 1;
+}
+
+// Note [Listening on a name]: a host name other than "localhost" that resolves to loopback here
+// (Debian maps a machine's own name to 127.0.1.1) names this machine to the other hosts, which
+// reach it at another address: listening on loopback would refuse them. Such a name is served on
+// every interface (dual-stack), still behind the job token; an IP address or "localhost" is
+// served on exactly that address.
+bool serve_everywhere(const std::string& host, const AddrInfo& ai) {
+  if (host == "localhost" || is_ip_literal(host)) return false;
+  for (addrinfo* a = ai.list; a != nullptr; a = a->ai_next) {
+    if (!is_loopback(a->ai_addr)) return false;
+  }
+  return ai.list != nullptr;
+}
+
+}  // namespace
+
 Fd listen_on(const std::string& host, int port) {
   AddrInfo ai;
   resolve(host, port, ai);
+  if (serve_everywhere(host, ai)) {
+    AddrInfo any;
+    resolve("::", port, any);  // dual-stack: IPv4 clients arrive as ::ffff:a.b.c.d
+    Fd fd(::socket(AF_INET6, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
+    const int zero = 0, one = 1;
+    if (fd && ::setsockopt(fd.get(), IPPROTO_IPV6, IPV6_V6ONLY, &zero, sizeof(zero)) == 0) {
+      ::setsockopt(fd.get(), SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+      if (::bind(fd.get(), any.list->ai_addr, any.list->ai_addrlen) == 0 &&
+          ::listen(fd.get(), 512) == 0) {
+        return fd;
+      }
+      if (errno == EADDRINUSE) {
+        throw DistributedError("the port is already in use (" + address(host, port) +
+                               "). Pick another MASTER_PORT, or port 0 for a free one.");
+      }
+    }
+    ::freeaddrinfo(ai.list);  // no IPv6 here: every IPv4 interface
+    ai.list = nullptr;
+    resolve("0.0.0.0", port, ai);
+  }
   int last_error = 0;
   for (addrinfo* a = ai.list; a != nullptr; a = a->ai_next) {
     Fd fd(::socket(a->ai_family, a->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, a->ai_protocol));

@@ -79,6 +79,14 @@ void TcpClient::connect(Clock::time_point deadline) {
 }
 
 std::string TcpClient::call(const std::string& frame, std::chrono::milliseconds timeout) {
+  // The server drops a client whose frame is over the limit, which this client would see as a
+  // server gone away: say what is wrong instead, before anything is sent.
+  if (frame.size() - 4 > proto::kMaxFrameBytes) {
+    throw DistributedError("a store request of " + std::to_string(frame.size() - 4) +
+                           " bytes is over the store's limit of " +
+                           std::to_string(proto::kMaxFrameBytes >> 20) +
+                           " MiB; keep large data out of the store (in files or collectives)");
+  }
   std::lock_guard<std::mutex> lock(mutex_);
   const auto deadline = Clock::now() + timeout;
   if (!fd_) connect(deadline);
