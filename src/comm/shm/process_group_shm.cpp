@@ -50,7 +50,17 @@ void ShmWork::wait(std::chrono::milliseconds timeout) {
   while (!finished_.load(std::memory_order_acquire) && shm::Clock::now() < end) {
     ::sched_yield();  // the group's thread may need this core to finish the work
   }
-  CompletionWork::wait(timeout);
+  try {
+    CompletionWork::wait(timeout);
+  } catch (const TimeoutError& e) {
+    // A caller that gives up at the group timeout tells the group at once, as the thread running
+    // the collective would at its own deadline a moment later: a peer that arrives in between
+    // must fail, not complete the collective with a rank that has left it.
+    if (timeout >= default_timeout_) {
+      if (auto group = group_.lock()) group->abort_timed_out(e.what());
+    }
+    throw;
+  }
 }
 
 void ShmWork::finish(std::exception_ptr error) {
@@ -155,6 +165,10 @@ void ShmGroup::release() {
     more = stop_ || !queue_.empty();
   }
   if (more) cv_.notify_all();  // wake the group's thread only when it has something to do
+}
+
+void ShmGroup::abort_timed_out(const std::string& message) {
+  waiter_->abort(shm::AbortKind::kTimeout, message);
 }
 
 void ShmGroup::help(const ShmWork& work) {

@@ -59,6 +59,8 @@ class ShmGroup : public ProcessGroup, public std::enable_shared_from_this<ShmGro
   // Runs queued collectives on the calling thread until `work` finished or another thread is
   // running one (Note [Helping]).
   void help(const ShmWork& work);
+  // Marks the group failed by this rank's timeout, so that every peer's next collective fails.
+  void abort_timed_out(const std::string& message);
 
   // The segment's name while it existed (for tests: it must be gone from /dev/shm).
   const std::string& segment_name() const { return segment_->name(); }
