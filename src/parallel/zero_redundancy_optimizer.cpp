@@ -169,12 +169,7 @@ void ZeroRedundancyOptimizer::load(torch::serialize::InputArchive& archive) {
     old_archive.load_from(in);
     const auto old_params = rank_groups(param_groups(), assignment, r);
     auto old = make_(with_params(param_groups(), old_params));
-    old->load(old_archive);
-    if (r == 0) {
-      for (size_t i = 0; i < param_groups().size(); ++i) {
-        param_groups()[i].set_options(old->param_groups()[i].options().clone());
-      }
-    }
+    old->load(old_archive);  // state only: LibTorch's load() leaves options as they are
     for (const auto& p : shards_[group_->rank()]) {
       auto it = old->state().find(compat::optimizer_state_key(p));
       if (it != old->state().end()) {

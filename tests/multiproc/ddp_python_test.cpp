@@ -8,6 +8,7 @@
 
 #include "ddp_models.h"
 #include "dpx/dpx.h"
+#include "dpx/parallel/local_sgd.h"
 #include "harness.h"
 
 namespace dpx {
@@ -36,7 +37,9 @@ torch::Tensor flat_params(test::Cnn& m) {
   return torch::cat(flat);
 }
 
-void write_inputs(const std::string& dir, test::Cnn& init, const std::vector<test::Batch>& data) {
+// extra_meta: more members of meta.json, each starting with ", ".
+void write_inputs(const std::string& dir, test::Cnn& init, const std::vector<test::Batch>& data,
+                  const std::string& extra_meta = "") {
   std::ofstream meta(dir + "/meta.json");
   meta << "{\"world\": " << kWorld << ", \"per_rank\": " << kPerRank << ", \"steps\": " << kSteps
        << ", \"lr\": " << kLr << ", \"momentum\": " << kMomentum
@@ -50,7 +53,7 @@ void write_inputs(const std::string& dir, test::Cnn& init, const std::vector<tes
     meta << "]]";
     first = false;
   }
-  meta << "]}\n";
+  meta << "]" << extra_meta << "}\n";
   meta.close();
   write_raw(dir + "/init.bin", flat_params(init));
   std::vector<torch::Tensor> xs, ys;
@@ -62,58 +65,120 @@ void write_inputs(const std::string& dir, test::Cnn& init, const std::vector<tes
   write_raw(dir + "/y.bin", torch::stack(ys));
 }
 
-TEST(DdpAgainstPython, SameFinalParameters) {
-  if (std::system(DPX_PYTHON " -c 'import torch.distributed' >/dev/null 2>&1") != 0) {
-    GTEST_SKIP() << "SKIPPED: " DPX_PYTHON " (the oracle of LibTorch " DPX_TORCH_VERSION
-                    ") cannot import torch; scripts/setup.sh installs it";
+bool python_missing() {
+  return std::system(DPX_PYTHON " -c 'import torch.distributed' >/dev/null 2>&1") != 0;
+}
+#define DPX_SKIP_WITHOUT_PYTHON()                                                          \
+  if (python_missing())                                                                    \
+  GTEST_SKIP() << "SKIPPED: " DPX_PYTHON " (the oracle of LibTorch " DPX_TORCH_VERSION    \
+                  ") cannot import torch; scripts/setup.sh installs it"
+
+// A scratch folder with the inputs written and Python's run done; removed with what is in it.
+class PythonRun {
+ public:
+  explicit PythonRun(const std::string& extra_meta = "") {
+    char dir_template[] = "/tmp/dpx-ddp-python-XXXXXX";
+    dir_ = ::mkdtemp(dir_template);
+    data_ = test::make_batches(kSteps, kWorld, kPerRank, {1, 8, 8});
+    torch::manual_seed(21);
+    write_inputs(dir_, init_, data_, extra_meta);
+    const std::string cmd = "timeout 120 " DPX_PYTHON " " DPX_SOURCE_DIR
+                            "/tests/python/ddp_reference.py " + dir_ + " > " + dir_ +
+                            "/python.log 2>&1";
+    ok_ = std::system(cmd.c_str()) == 0;
   }
-  char dir_template[] = "/tmp/dpx-ddp-python-XXXXXX";
-  const std::string dir = ::mkdtemp(dir_template);
-  auto data = test::make_batches(kSteps, kWorld, kPerRank, {1, 8, 8});
-  torch::manual_seed(21);
-  test::Cnn init;
-  write_inputs(dir, init, data);
+  ~PythonRun() { std::system(("rm -rf " + dir_).c_str()); }
+  bool ok() const { return ok_; }
+  std::string log() const { return test::read_file(dir_ + "/python.log"); }
+  const std::string& dir() const { return dir_; }
+  test::Cnn& init() { return init_; }
+  const std::vector<test::Batch>& data() const { return data_; }
 
-  const std::string cmd = "timeout 120 " DPX_PYTHON " " DPX_SOURCE_DIR
-                          "/tests/python/ddp_reference.py " + dir + " > " + dir +
-                          "/python.log 2>&1";
-  const int rc = std::system(cmd.c_str());
-  std::ifstream log(dir + "/python.log");
-  std::string log_text((std::istreambuf_iterator<char>(log)), std::istreambuf_iterator<char>());
-  ASSERT_EQ(rc, 0) << "python reference failed:\n" << log_text;
+ private:
+  std::string dir_;
+  std::vector<test::Batch> data_;
+  test::Cnn init_;
+  bool ok_ = false;
+};
 
+// A rank's model: rank 0 starts from `init`, the others from other weights (DDP broadcasts).
+test::Cnn start_model(int rank, test::Cnn& init) {
+  torch::manual_seed(100 + rank);
+  test::Cnn net;
+  if (rank == 0) {
+    torch::NoGradGuard no_grad;
+    auto src = init->parameters();
+    auto dst = net->parameters();
+    for (std::size_t i = 0; i < src.size(); ++i) dst[i].copy_(src[i]);
+  }
+  return net;
+}
+
+void expect_same_params(const std::string& python_file, const std::string& dpx_file) {
+  auto python = read_floats(python_file);
+  auto ours = read_floats(dpx_file);
+  ASSERT_EQ(python.numel(), ours.numel());
+  EXPECT_TRUE(torch::allclose(ours, python, 1.3e-6 * kSteps, 5e-5))
+      << "max abs diff " << (ours - python).abs().max().item<double>();
+}
+
+TEST(DdpAgainstPython, SameFinalParameters) {
+  DPX_SKIP_WITHOUT_PYTHON();
+  PythonRun py;
+  ASSERT_TRUE(py.ok()) << "python reference failed:\n" << py.log();
   test::StoreServer server;
   test::expect_all_ok(test::run_processes(kWorld, [&](int rank) {
     torch::set_num_threads(1);
     auto pg = new_process_group("gloo", server.client(), rank, kWorld);
-    torch::manual_seed(100 + rank);  // different on each rank: DDP broadcasts rank 0's
-    test::Cnn net;
-    if (rank == 0) {
-      torch::NoGradGuard no_grad;
-      auto src = init->parameters();
-      auto dst = net->parameters();
-      for (std::size_t i = 0; i < src.size(); ++i) dst[i].copy_(src[i]);
-    }
+    auto net = start_model(rank, py.init());
     DistributedDataParallel ddp(net, pg);
     torch::optim::SGD opt(ddp->parameters(), torch::optim::SGDOptions(kLr).momentum(kMomentum));
     for (int s = 0; s < kSteps; ++s) {
-      auto b = test::slice(data[s], rank, kWorld);
+      auto b = test::slice(py.data()[s], rank, kWorld);
       opt.zero_grad();
       torch::nn::functional::cross_entropy(ddp->forward(b.x), b.y).backward();
       opt.step();
     }
-    if (rank == 0) write_raw(dir + "/dpx_final.bin", flat_params(net));
+    if (rank == 0) write_raw(py.dir() + "/dpx_final.bin", flat_params(net));
   }));
-  auto python = read_floats(dir + "/python_final.bin");
-  auto ours = read_floats(dir + "/dpx_final.bin");
-  ASSERT_EQ(python.numel(), ours.numel());
-  EXPECT_TRUE(torch::allclose(ours, python, 1.3e-6 * kSteps, 5e-5))
-      << "max abs diff " << (ours - python).abs().max().item<double>();
-  for (const char* f : {"meta.json", "init.bin", "x.bin", "y.bin", "python_final.bin",
-                        "dpx_final.bin", "python.log"}) {
-    std::remove((dir + "/" + f).c_str());
+  expect_same_params(py.dir() + "/python_final.bin", py.dir() + "/dpx_final.bin");
+}
+
+// post_local_sgd_hook (no gradient all-reduce from iteration 2) with PostLocalSGDOptimizer and
+// PeriodicModelAverager(period 2, warm-up 2), against PyTorch's: each rank's own parameters.
+// The last step is not an averaging one, so the ranks end apart.
+TEST(PostLocalSgdAgainstPython, SameParametersOnEveryRank) {
+  DPX_SKIP_WITHOUT_PYTHON();
+  PythonRun py(R"(, "post_local_sgd": {"start_iter": 2, "period": 2, "warmup": 2})");
+  ASSERT_TRUE(py.ok()) << "python reference failed:\n" << py.log();
+  test::StoreServer server;
+  test::expect_all_ok(test::run_processes(kWorld, [&](int rank) {
+    torch::set_num_threads(1);
+    auto pg = new_process_group("shm", server.client(), rank, kWorld);
+    auto net = start_model(rank, py.init());
+    DistributedDataParallel ddp(net, pg);
+    hooks::PostLocalSGDState state;
+    state.start_local_sgd_iter = 2;
+    state.post_local_gradient_allreduce = false;
+    ddp->register_comm_hook(state, hooks::post_local_sgd_hook);
+    PostLocalSGDOptimizer opt(
+        std::make_shared<torch::optim::SGD>(ddp->parameters(),
+                                            torch::optim::SGDOptions(kLr).momentum(kMomentum)),
+        std::make_shared<PeriodicModelAverager>(2, pg, 2));
+    for (int s = 0; s < kSteps; ++s) {
+      auto b = test::slice(py.data()[s], rank, kWorld);
+      opt.zero_grad();
+      torch::nn::functional::cross_entropy(ddp->forward(b.x), b.y).backward();
+      opt.step();
+    }
+    write_raw(py.dir() + "/dpx_final_rank" + std::to_string(rank) + ".bin", flat_params(net));
+  }));
+  for (int r = 0; r < kWorld; ++r) {
+    const auto suffix = "_rank" + std::to_string(r) + ".bin";
+    expect_same_params(py.dir() + "/python_final" + suffix, py.dir() + "/dpx_final" + suffix);
   }
-  ::rmdir(dir.c_str());
+  EXPECT_FALSE(torch::allclose(read_floats(py.dir() + "/dpx_final_rank0.bin"),
+                               read_floats(py.dir() + "/dpx_final_rank1.bin")));
 }
 
 }  // namespace

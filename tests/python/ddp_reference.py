@@ -6,7 +6,12 @@ Exchange format (readable by both sides, no pickle): raw little-endian arrays pl
                "params": [[name, [shape...]], ...], "sample_shape": [...]}
   init.bin    every parameter, float32, in the order of "params"
   x.bin       S * W * B samples, float32;  y.bin  S * W * B labels, int64
-Writes python_final.bin: the parameters after S steps, float32, same order.
+  optional in meta.json: "post_local_sgd": {"start_iter": I, "period": P, "warmup": W}: DDP
+               with post_localSGD_hook (no gradient all-reduce after iteration I) and
+               PostLocalSGDOptimizer with PeriodicModelAverager(P, W) around the SGD optimizer
+Writes python_final.bin: the parameters after S steps, float32, same order (rank 0's), and in
+the post-local SGD mode python_final_rank<R>.bin for every rank R (ranks differ between
+averages).
 Usage: ddp_reference.py DIR
 """
 import datetime
@@ -66,6 +71,17 @@ def worker(rank, world, folder):
             offset += p.numel()
     ddp = nn.parallel.DistributedDataParallel(model)
     opt = torch.optim.SGD(ddp.parameters(), lr=meta["lr"], momentum=meta["momentum"])
+    local_sgd = meta.get("post_local_sgd")
+    if local_sgd:
+        from torch.distributed.algorithms.ddp_comm_hooks import post_localSGD_hook as hook
+        from torch.distributed.algorithms.model_averaging import averagers
+        from torch.distributed.optim import PostLocalSGDOptimizer
+        state = hook.PostLocalSGDState(process_group=None, subgroup=None,
+                                       start_localSGD_iter=local_sgd["start_iter"],
+                                       post_local_gradient_allreduce=False)
+        ddp.register_comm_hook(state, hook.post_localSGD_hook)
+        opt = PostLocalSGDOptimizer(optim=opt, averager=averagers.PeriodicModelAverager(
+            period=local_sgd["period"], warmup_steps=local_sgd["warmup"]))
     steps, per_rank = meta["steps"], meta["per_rank"]
     x = read(os.path.join(folder, "x.bin"), torch.float32).view(
         [steps, world * per_rank] + meta["sample_shape"])
@@ -77,9 +93,12 @@ def worker(rank, world, folder):
         F.cross_entropy(ddp(xs), ys).backward()
         opt.step()
         say(rank, "step %d done" % s)
-    if rank == 0:
-        out = torch.cat([named[name].detach().reshape(-1) for name, _ in meta["params"]])
-        with open(os.path.join(folder, "python_final.bin"), "wb") as f:
+    names = ["python_final.bin"] if rank == 0 else []
+    if local_sgd:
+        names.append("python_final_rank%d.bin" % rank)
+    out = torch.cat([named[name].detach().reshape(-1) for name, _ in meta["params"]])
+    for name in names:
+        with open(os.path.join(folder, name), "wb") as f:
             # Without numpy, which PyTorch 2.x does not install: float32 as little-endian bytes.
             f.write(struct.pack("<%df" % out.numel(), *out.tolist()))
     dist.barrier()
