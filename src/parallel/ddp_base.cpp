@@ -4,6 +4,7 @@
 
 #include <unordered_set>
 
+#include "dpx/comm/errors.h"
 #include "dpx/env.h"
 #include "dpx/parallel/bucket_assignment.h"
 #include "parallel/model_sync.h"
@@ -82,6 +83,15 @@ void DdpBase::pre_forward() {
     reducer_->set_divide_factor(join_options_.divide_by_initial_world_size
                                     ? pg_->size()
                                     : static_cast<double>(active.item<std::int64_t>()));
+    if (join_options_.throw_on_early_termination) {
+      // Step 2 with throw_on_early_termination: ranks out of data answer with 1.
+      auto exhausted = at::zeros({1}, at::kLong);
+      pg_->allreduce(exhausted)->wait();
+      if (exhausted.item<std::int64_t>() > 0) {
+        throw DistributedError(pg_->where() + "Detected at least one rank that exhausted "
+                               "inputs. Throwing across all ranks.");
+      }
+    }
   }
   // Only synchronised forwards rebuild buckets and broadcast buffers: no_sync iterations stay
   // free of collectives, which keeps them compatible with join() (a joined rank shadows
@@ -109,6 +119,9 @@ DdpStats DdpBase::stats() const { return reducer_->stats(); }
 // rank is done; otherwise repeat the others' iteration (bucket rebuild if due, buffer
 // broadcast, every bucket with zeros). At the end the ranks that finished last agree on one of
 // them (all-reduce max of rank) and broadcast its parameters and buffers.
+// With throw_on_early_termination, a forward with data adds a second all-reduce of 0, which a
+// rank out of data answers with 1 instead of shadowing, and every rank throws (PyTorch's
+// protocol, so the two all-reduces pair up whoever ran out).
 void DdpBase::join(const std::function<void()>& loop, JoinOptions options) {
   TORCH_CHECK(!join_active_, pg_->where(), "join() does not nest");
   join_active_ = true;
@@ -131,6 +144,12 @@ void DdpBase::shadow_until_all_joined() {
     auto active = at::zeros({1}, at::kLong);
     pg_->allreduce(active)->wait();
     if (active.item<std::int64_t>() == 0) break;
+    if (join_options_.throw_on_early_termination) {
+      auto exhausted = at::ones({1}, at::kLong);
+      pg_->allreduce(exhausted)->wait();
+      throw DistributedError(pg_->where() + "Rank " + std::to_string(pg_->rank()) +
+                             " exhausted all inputs.");
+    }
     last_joiner = false;
     reducer_->prepare_for_forward(/*allow_rebuild=*/true);
     sync_buffers();

@@ -5,6 +5,7 @@
 
 #include "ddp_models.h"
 #include "dpx/dpx.h"
+#include "expect_throws.h"
 #include "harness.h"
 
 namespace dpx {
@@ -15,13 +16,17 @@ constexpr int kPerRank = 8;
 
 using Fn = std::function<void(int rank, std::shared_ptr<ProcessGroup> pg)>;
 
+// Runs fn on two ranks of each backend in turn.
 void on_two_ranks(const Fn& fn) {
-  test::StoreServer server;
-  test::expect_all_ok(test::run_processes(kWorld, [&](int rank) {
-    ProcessGroup::Options o;
-    o.timeout = std::chrono::seconds(30);
-    fn(rank, new_process_group("gloo", server.client(), rank, kWorld, o));
-  }));
+  for (const auto& backend : test::backends()) {
+    SCOPED_TRACE("backend " + backend);
+    test::StoreServer server;
+    test::expect_all_ok(test::run_processes(kWorld, [&](int rank) {
+      ProcessGroup::Options o;
+      o.timeout = std::chrono::seconds(30);
+      fn(rank, new_process_group(backend, server.client(), rank, kWorld, o));
+    }));
+  }
 }
 
 torch::Tensor mlp_loss(test::Mlp& m, const test::Batch& b) {
@@ -274,6 +279,43 @@ TEST_P(Join, UnevenInputsFinishWithTheLastRanksParameters) {
 
 INSTANTIATE_TEST_SUITE_P(DivideByInitialWorldSizeAndRank0Steps, Join,
                          ::testing::Combine(::testing::Bool(), ::testing::Values(3, 0)));
+
+// throw_on_early_termination: rank 0 has 2 batches, rank 1 has 4. Both take the first two steps
+// together; then rank 0 throws from join() and rank 1 from its third forward, with PyTorch's
+// messages. With even inputs nothing is thrown.
+TEST(Join, ThrowOnEarlyTerminationStopsEveryRank) {
+  on_two_ranks([](int rank, auto pg) {
+    auto batches = test::make_batches(4, kWorld, kPerRank, {16});
+    torch::manual_seed(5);
+    test::Mlp net;
+    DistributedDataParallel ddp(net, pg);
+    torch::optim::SGD opt(ddp->parameters(), 0.1);
+    JoinOptions jo;
+    jo.throw_on_early_termination = true;
+    auto train = [&](int steps, int& done) {
+      for (int s = 0; s < steps; ++s) {
+        opt.zero_grad();
+        auto b = test::slice(batches[s], rank, kWorld);
+        torch::nn::functional::cross_entropy(ddp->forward(b.x), b.y).backward();
+        opt.step();
+        ++done;
+      }
+    };
+    int done = 0;
+    const int steps[kWorld] = {2, 4};
+    const auto error = test::expect_throws<DistributedError>([&] {
+      ddp->join([&] { train(steps[rank], done); }, jo);
+    });
+    EXPECT_EQ(done, 2);
+    EXPECT_THAT(error, ::testing::HasSubstr(
+                           rank == 0 ? "Rank 0 exhausted all inputs."
+                                     : "Detected at least one rank that exhausted inputs. "
+                                       "Throwing across all ranks."));
+    done = 0;
+    ddp->join([&] { train(2, done); }, jo);
+    EXPECT_EQ(done, 2);
+  });
+}
 
 // Gradient accumulation inside join: no_sync micro-steps communicate nothing, so the joined
 // rank only shadows the synchronised ones.

@@ -30,6 +30,11 @@ struct JoinOptions {
   // Divide gradients by the initial world size (true, PyTorch's default) or by the number of
   // ranks that still have data in this iteration (false).
   bool divide_by_initial_world_size = true;
+  // Stop every rank as soon as one runs out of data, instead of shadowing it: the rank that ran
+  // out throws "Rank R exhausted all inputs." from join(), the others "Detected at least one
+  // rank that exhausted inputs. Throwing across all ranks." from their next forward (both
+  // dpx::DistributedError). Costs one more small all-reduce per synchronised forward.
+  bool throw_on_early_termination = false;
 };
 
 }  // namespace dpx
