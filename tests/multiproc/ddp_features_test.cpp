@@ -5,6 +5,7 @@
 
 #include "ddp_models.h"
 #include "dpx/dpx.h"
+#include "dpx/parallel/sync_batch_norm.h"
 #include "expect_throws.h"
 #include "harness.h"
 
@@ -359,6 +360,49 @@ TEST(JoinWithNoSync, AccumulationStepsDoNotConfuseTheShadow) {
     for (const auto& p : net->parameters()) got.push_back(p.detach());
     for (const auto& p : ref->parameters()) want.push_back(p.detach());
     test::expect_params_close(got, want);
+  });
+}
+
+// SyncBatchNorm inside DDP: its collectives in forward and backward interleave with DDP's
+// bucket all-reduces, and training follows one BatchNorm over both ranks' batches.
+TEST(DdpSyncBatchNorm, TrainsAsBatchNormOverTheWholeBatch) {
+  on_two_ranks([](int rank, auto pg) {
+    auto batches = test::make_batches(3, kWorld, kPerRank, {16});
+    auto make = [] {
+      torch::manual_seed(9);
+      return torch::nn::Sequential(torch::nn::Linear(16, 8), torch::nn::BatchNorm1d(8),
+                                   torch::nn::ReLU(), torch::nn::Linear(8, 4));
+    };
+    auto net = make();
+    convert_sync_batchnorm(net.ptr(), pg);
+    DistributedDataParallel ddp(net, pg);
+    torch::optim::SGD opt(ddp->parameters(), 0.1);
+    auto ref = make();
+    torch::optim::SGD ref_opt(ref->parameters(), 0.1);
+    for (const auto& batch : batches) {
+      opt.zero_grad();
+      auto b = test::slice(batch, rank, kWorld);
+      torch::nn::functional::cross_entropy(ddp->forward(b.x), b.y).backward();
+      opt.step();
+      ref_opt.zero_grad();
+      auto out = ref->forward(batch.x);
+      torch::Tensor loss = torch::zeros({});
+      for (int r = 0; r < kWorld; ++r) {
+        auto rows = out.narrow(0, r * kPerRank, kPerRank);
+        loss = loss + torch::nn::functional::cross_entropy(rows, batch.y.narrow(0, r * kPerRank,
+                                                                                  kPerRank));
+      }
+      (loss / kWorld).backward();
+      ref_opt.step();
+    }
+    std::vector<torch::Tensor> got, want;
+    for (const auto& p : net->parameters()) got.push_back(p.detach());
+    for (const auto& p : ref->parameters()) want.push_back(p.detach());
+    test::expect_params_close(got, want);
+    auto* bn = net[1]->template as<SyncBatchNormImpl>();
+    ASSERT_NE(bn, nullptr);
+    EXPECT_TRUE(torch::allclose(bn->running_var, ref[1]->template as<torch::nn::BatchNorm1d>()->running_var,
+                                1e-5, 1e-6));
   });
 }
 
