@@ -14,6 +14,7 @@ packages=(
   libtorch-dev libgloo-dev libopenblas0-pthread zlib1g-dev
   libgtest-dev libgmock-dev
   python3-torch               # LibTorch 1.13's oracle and baseline (Python DDP, torchrun)
+  python3-numpy               # PyTorch's PowerSGD hook, an oracle of the tests
   python3-venv                # .venv for PyTorch 2.15
   dataset-fashion-mnist       # the main job's data
   libopenmpi-dev openmpi-bin  # MPI_Allreduce baseline in the benchmarks
@@ -46,7 +47,17 @@ has_torch() {
   "$venv/bin/python" -c "import torch, sys; sys.exit(not torch.__version__.startswith('$torch_version.'))" \
     >/dev/null 2>&1
 }
-if [ "${DPX_TORCH:-}" = "1.13" ] || has_torch; then
+# numpy: not a torch requirement, but PyTorch's PowerSGD hook (an oracle of the tests) needs it.
+ensure_numpy() {
+  "$venv/bin/python" -c "import numpy" >/dev/null 2>&1 ||
+    "$venv/bin/python" -m pip install -q numpy >>"$venv/pip.log" 2>&1 ||
+    echo "setup: numpy did not install into $venv (see $venv/pip.log): the PowerSGD oracle test will skip"
+}
+if [ "${DPX_TORCH:-}" = "1.13" ]; then
+  exit 0
+fi
+if has_torch; then
+  ensure_numpy
   exit 0
 fi
 echo "setup: installing PyTorch $torch_version from PyPI into $venv (about 2.6 GB to download, 4.4 GB on disk)"
@@ -73,3 +84,4 @@ if ! "$venv/bin/python" -m pip install -q "${deps[@]}" >>"$log" 2>&1; then
   exit 0
 fi
 has_torch || { echo "setup: PyTorch $torch_version in $venv does not import (see $log)" >&2; exit 1; }
+ensure_numpy

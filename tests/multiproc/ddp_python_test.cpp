@@ -9,6 +9,7 @@
 #include "ddp_models.h"
 #include "dpx/dpx.h"
 #include "dpx/parallel/local_sgd.h"
+#include "dpx/parallel/powersgd.h"
 #include "harness.h"
 
 namespace dpx {
@@ -139,6 +140,42 @@ TEST(DdpAgainstPython, SameFinalParameters) {
       torch::nn::functional::cross_entropy(ddp->forward(b.x), b.y).backward();
       opt.step();
     }
+    if (rank == 0) write_raw(py.dir() + "/dpx_final.bin", flat_params(net));
+  }));
+  expect_same_params(py.dir() + "/python_final.bin", py.dir() + "/dpx_final.bin");
+}
+
+// powersgd_hook (rank 2, from iteration 2, error feedback and warm start) against PyTorch's
+// powerSGD_hook: same random factors (numpy's seed draws), same parameters. One bucket: with
+// several, PyTorch 1.13's own hook deadlocks on gloo (its futures' callbacks issue the P and Q
+// all-reduces in completion order, which differs between ranks).
+TEST(PowerSgdAgainstPython, SameFinalParameters) {
+  DPX_SKIP_WITHOUT_PYTHON();
+  if (std::system(DPX_PYTHON " -c 'import numpy' >/dev/null 2>&1") != 0) {
+    GTEST_SKIP() << "SKIPPED: PyTorch's powerSGD_hook needs numpy, which " DPX_PYTHON
+                    " lacks; scripts/setup.sh installs it";
+  }
+  PythonRun py(R"(, "powersgd": {"rank": 2, "start_iter": 2})");
+  ASSERT_TRUE(py.ok()) << "python reference failed:\n" << py.log();
+  test::StoreServer server;
+  test::expect_all_ok(test::run_processes(kWorld, [&](int rank) {
+    torch::set_num_threads(1);
+    auto pg = new_process_group("gloo", server.client(), rank, kWorld);
+    auto net = start_model(rank, py.init());
+    DistributedDataParallel ddp(net, pg);
+    hooks::PowerSGDOptions po;
+    po.matrix_approximation_rank = 2;
+    po.start_powersgd_iter = 2;
+    auto state = std::make_shared<hooks::PowerSGDState>(po);
+    ddp->register_comm_hook(state, hooks::powersgd_hook);
+    torch::optim::SGD opt(ddp->parameters(), torch::optim::SGDOptions(kLr).momentum(kMomentum));
+    for (int s = 0; s < kSteps; ++s) {
+      auto b = test::slice(py.data()[s], rank, kWorld);
+      opt.zero_grad();
+      torch::nn::functional::cross_entropy(ddp->forward(b.x), b.y).backward();
+      opt.step();
+    }
+    EXPECT_LT(state->numel_after_compression(), state->numel_before_compression());
     if (rank == 0) write_raw(py.dir() + "/dpx_final.bin", flat_params(net));
   }));
   expect_same_params(py.dir() + "/python_final.bin", py.dir() + "/dpx_final.bin");

@@ -9,6 +9,8 @@ Exchange format (readable by both sides, no pickle): raw little-endian arrays pl
   optional in meta.json: "post_local_sgd": {"start_iter": I, "period": P, "warmup": W}: DDP
                with post_localSGD_hook (no gradient all-reduce after iteration I) and
                PostLocalSGDOptimizer with PeriodicModelAverager(P, W) around the SGD optimizer
+  optional: "powersgd": {"rank": R, "start_iter": I}: DDP with powerSGD_hook (PowerSGDState's
+               other defaults: error feedback, warm start, seed 0)
 Writes python_final.bin: the parameters after S steps, float32, same order (rank 0's), and in
 the post-local SGD mode python_final_rank<R>.bin for every rank R (ranks differ between
 averages).
@@ -70,6 +72,13 @@ def worker(rank, world, folder):
             p.copy_(flat[offset:offset + p.numel()].view(shape))
             offset += p.numel()
     ddp = nn.parallel.DistributedDataParallel(model)
+    powersgd = meta.get("powersgd")
+    if powersgd:
+        from torch.distributed.algorithms.ddp_comm_hooks import powerSGD_hook
+        state = powerSGD_hook.PowerSGDState(
+            process_group=None, matrix_approximation_rank=powersgd["rank"],
+            start_powerSGD_iter=powersgd["start_iter"])
+        ddp.register_comm_hook(state, powerSGD_hook.powerSGD_hook)
     opt = torch.optim.SGD(ddp.parameters(), lr=meta["lr"], momentum=meta["momentum"])
     local_sgd = meta.get("post_local_sgd")
     if local_sgd:
