@@ -164,6 +164,9 @@ void Reducer::copy_grad_to_bucket(std::size_t index) {
   auto& view = buckets_[loc.bucket].views[loc.slot];
   auto& grad = params_[index].mutable_grad();
   const double divisor = has_hook_ ? 1.0 : div_factor_;
+  TORCH_CHECK(!grad.defined() || !grad.is_sparse(), pg_->where(), "parameter ", names_[index],
+              " has a sparse gradient (an Embedding built with sparse(true)?); DDP here reduces "
+              "dense gradients only: build it with sparse(false)");
   if (!grad.defined()) {
     view.zero_();
   } else if (grad.is_alias_of(view)) {

@@ -135,6 +135,14 @@ TEST(DdpErrors, VariableMarkedReadyTwice) {
   });
 }
 
+TEST(DdpErrors, SparseGradientsAreRefusedClearly) {
+  expect_every_rank_throws("parameter weight has a sparse gradient", [](int, auto pg) {
+    torch::nn::Embedding emb(torch::nn::EmbeddingOptions(10, 4).sparse(true));
+    DistributedDataParallel ddp(emb, pg);
+    ddp->forward(torch::tensor({1, 2, 3})).sum().backward();
+  });
+}
+
 TEST(DdpErrors, CommHookRegisteredTwice) {
   test::StoreServer server;
   auto pg = new_process_group("gloo", server.client(), 0, 1);
