@@ -27,6 +27,7 @@ struct AllreduceArgs {
   int warmup = 3;
   double seconds = 0.3;
   std::string backend = "auto";
+  std::string device = "cpu";  // or cuda: GPU LOCAL_RANK (nccl, or staged when GPUs are shared)
   bool json = false;
 };
 
@@ -50,7 +51,9 @@ void add_flags(CLI::App& app, AllreduceArgs& a) {
             return ok ? "" : "expects seconds from 0.001 to 3600, got " + v;
           },
           "SECONDS"));
-  app.add_option("--backend", a.backend, "auto, shm or gloo (default auto)");
+  app.add_option("--backend", a.backend, "auto, shm, gloo or nccl (default auto)");
+  app.add_option("--device", a.device, "cpu (default) or cuda: GPU LOCAL_RANK")
+      ->check(CLI::IsMember({"cpu", "cuda"}));
   app.add_flag("--json", a.json, "one JSON document instead of a table");
 }
 
@@ -69,7 +72,7 @@ bool check(ProcessGroup& pg, at::Tensor& t) {
   t.fill_(pg.rank() + 1);
   pg.allreduce(t)->wait();
   bool ok = t.eq(w * (w + 1) / 2).all().item<bool>();
-  auto all_ok = at::full({1}, ok ? 1 : 0, at::kInt);
+  auto all_ok = at::full({1}, ok ? 1 : 0, at::TensorOptions(at::kInt).device(t.device()));
   pg.allreduce(all_ok, {ReduceOp::kMin})->wait();
   return all_ok.item<int>() == 1;
 }
@@ -79,12 +82,14 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
 }
 
 Row measure(ProcessGroup& pg, std::int64_t bytes, const AllreduceArgs& a) {
-  auto t = at::empty({std::max<std::int64_t>(1, bytes / 4)}, at::kFloat);
+  const auto device = pg.options().device;
+  auto t = at::empty({std::max<std::int64_t>(1, bytes / 4)},
+                     at::TensorOptions(at::kFloat).device(device));
   Row row{t.numel() * 4, 0, 0, 0, 0, check(pg, t)};
   auto t0 = std::chrono::steady_clock::now();
   for (int i = 0; i < a.warmup; ++i) pg.allreduce(t)->wait();
   // Rank 0 decides the count from its warm-up, so all ranks run the same number.
-  auto iters = at::full({1}, a.iters, at::kInt);
+  auto iters = at::full({1}, a.iters, at::TensorOptions(at::kInt).device(device));
   if (a.iters == 0) {
     const double per = seconds_since(t0) / std::max(1, a.warmup);
     iters.fill_(static_cast<int>(std::clamp(a.seconds / std::max(per, 1e-9), 5.0, 1000.0)));
@@ -98,7 +103,10 @@ Row measure(ProcessGroup& pg, std::int64_t bytes, const AllreduceArgs& a) {
     pg.allreduce(t)->wait();
     tp[i] = seconds_since(start);
   }
-  pg.allreduce(times, {ReduceOp::kMax})->wait();  // an iteration lasts as long as its slowest rank
+  // An iteration lasts as long as its slowest rank. (wait() returns once the device finished.)
+  auto slowest = times.to(device);
+  pg.allreduce(slowest, {ReduceOp::kMax})->wait();
+  times = slowest.cpu();
   const double sec = times.median().item<double>();
   const int n = pg.size();
   row.us = sec * 1e6;
@@ -112,11 +120,12 @@ int run(const AllreduceArgs& a) {
               a.max_bytes, ") must be from --min-bytes (", a.min_bytes, ") to 1 TiB");
   InitOptions o;
   o.backend = a.backend;
+  o.device = cuda::local_device(at::Device(a.device));
   auto pg = init_process_group(o);
   const bool print = pg->rank() == 0;
   if (print && !a.json) {
-    std::printf("# dpx-bench allreduce: backend %s, %d ranks, float32 sum\n",
-                pg->backend().c_str(), pg->size());
+    std::printf("# dpx-bench allreduce: backend %s, %d ranks, float32 sum, on %s\n",
+                pg->backend().c_str(), pg->size(), pg->options().device.str().c_str());
     std::printf("%12s %7s %12s %10s %10s %6s\n", "size(B)", "iters", "time(us)", "algbw(GB/s)",
                 "busbw(GB/s)", "check");
   }
@@ -137,6 +146,7 @@ int run(const AllreduceArgs& a) {
   }
   if (print && a.json) {
     const nlohmann::ordered_json doc = {{"benchmark", "allreduce"}, {"backend", pg->backend()},
+                                        {"device", pg->options().device.str()},
                                         {"world_size", pg->size()}, {"dtype", "float32"},
                                         {"op", "sum"}, {"results", rows}};
     std::printf("%s\n", doc.dump(2).c_str());

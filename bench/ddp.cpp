@@ -31,6 +31,7 @@ struct Args {
   int batch = 64;
   int threads = 1;  // intra-op threads per process
   int mlp_width = 4096;
+  std::string device = "cpu";  // or cuda: process r on GPU r (modulo the GPUs present)
   bool python = true;
   std::vector<std::string> models = {"cnn", "mlp"};
   // empty: all (plain, plain-retain, pair, pair-retain, ddp1, ddp2, ddp2-view, manual,
@@ -116,14 +117,23 @@ void train(Model model, const Args& a, Mode mode, const std::string& model_name,
   process.apply_memory_policy = is_ddp(mode);
   if (communicates(mode)) init_process(process);
   const int world = world_of(mode);
+  // Chosen in the forked child: the parent never makes a CUDA context (a child could not use it).
+  const at::Device device = cuda::local_device(at::Device(a.device), rank);
+  if (!device.is_cpu()) model->to(device);
   std::shared_ptr<ProcessGroup> pg;
   if (communicates(mode)) {
     TcpStoreOptions so;
     so.port = port;
-    pg = new_process_group(a.backend, Store::tcp(so), rank, world);
+    ProcessGroup::Options po;
+    po.device = device;
+    pg = new_process_group(a.backend, Store::tcp(so), rank, world, po);
   }
-  auto x = torch::randn({a.batch, 1, 28, 28});
-  auto y = torch::randint(10, {a.batch});
+  auto x = torch::randn({a.batch, 1, 28, 28}).to(device);
+  auto y = torch::randint(10, {a.batch}).to(device);
+  // The clock reads what the GPU has finished, not what was queued.
+  auto finish_queued = [&] {
+    if (device.is_cuda()) torch::cuda::synchronize(device.index());
+  };
   DistributedDataParallel<typename Model::ContainedType> ddp = nullptr;  // empty: no DDP
   if (is_ddp(mode)) {
     DistributedDataParallelOptions options;
@@ -144,12 +154,14 @@ void train(Model model, const Args& a, Mode mode, const std::string& model_name,
     opt.step();
   };
   for (int i = 0; i < a.warmup; ++i) step();
+  finish_queued();
   if (pg) pg->barrier()->wait();
   const int steps = model_name == "cnn" ? a.cnn_steps : a.mlp_steps;
   const auto stats0 = ddp ? ddp->stats() : DdpStats{};
   const Usage u0 = usage();
   const auto t0 = std::chrono::steady_clock::now();
   for (int i = 0; i < steps; ++i) step();
+  finish_queued();
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   const Usage u1 = usage();
   const double cpu = u1.cpu_seconds - u0.cpu_seconds;
@@ -228,7 +240,8 @@ Sample run(const Args& a, Mode mode, const std::string& model, const std::string
                                        "--warmup", std::to_string(a.warmup), "--batch",
                                        std::to_string(a.batch), "--threads",
                                        std::to_string(a.threads), "--mlp-width",
-                                       std::to_string(a.mlp_width), "--out", prefix};
+                                       std::to_string(a.mlp_width), "--device", a.device,
+                                       "--out", prefix};
       std::vector<char*> cargv;
       for (auto& s : argv) cargv.push_back(s.data());
       cargv.push_back(nullptr);
@@ -318,7 +331,10 @@ const char* key_of(Mode m) {
 
 void add_flags(CLI::App& app, Args& a) {
   const auto positive = at_least(1);
-  app.add_option("--backend", a.backend, "gloo (default) or shm");
+  app.add_option("--backend", a.backend, "gloo (default), shm, nccl or auto");
+  app.add_option("--device", a.device, "cpu (default) or cuda: process r on GPU r (modulo the "
+                 "GPUs; Python DDP too, over nccl, or gloo where ranks share a GPU)")
+      ->check(CLI::IsMember({"cpu", "cuda"}));
   app.add_option("--rounds", a.rounds, "rounds, configurations alternated (default 3)")
       ->check(positive);
   app.add_option("--cnn-steps", a.cnn_steps, "timed steps of the CNN (default 30)")
@@ -359,9 +375,10 @@ void report(const Args& a, const std::string& model, const std::vector<Mode>& mo
     med[m] = {median(sps), median(cpu), median(faults), median(comm), median(exposed)};
   }
   const bool retain = memory_policy_in_env() == MemoryPolicy::kRetain;
-  std::printf("\n### %s (batch %d per process, %d intra-op thread(s), backend %s, %d rounds, "
-              "DPX_MALLOC=%s)\n\n", model == "cnn" ? "Fashion-MNIST CNN" : "MLP", a.batch,
-              a.threads, a.backend.c_str(), a.rounds, retain ? "retain" : "system");
+  std::printf("\n### %s (batch %d per process, %d intra-op thread(s), backend %s, device %s, "
+              "%d rounds, DPX_MALLOC=%s)\n\n", model == "cnn" ? "Fashion-MNIST CNN" : "MLP",
+              a.batch, a.threads, a.backend.c_str(), a.device.c_str(), a.rounds,
+              retain ? "retain" : "system");
   std::printf("| configuration | samples/s | CPU s / 1000 samples | page faults / step | "
               "comm ms/iter | exposed ms/iter |\n");
   std::printf("|---|---:|---:|---:|---:|---:|\n");

@@ -60,13 +60,27 @@ def worker(rank, args, port):
     os.environ["MASTER_ADDR"] = "127.0.0.1"
     os.environ["MASTER_PORT"] = str(port)
     torch.set_num_threads(args.threads)
-    dist.init_process_group("gloo", rank=rank, world_size=args.world)
+    device = torch.device("cpu")
+    backend = "gloo"
+    if args.device == "cuda":
+        # One GPU per rank over NCCL; ranks that share a GPU (NCCL refuses that) use Gloo on
+        # the CUDA tensors, as dpx stages them over shm.
+        gpus = torch.cuda.device_count()
+        device = torch.device("cuda", rank % gpus)
+        torch.cuda.set_device(device)
+        backend = "nccl" if args.world <= gpus else "gloo"
+    dist.init_process_group(backend, rank=rank, world_size=args.world)
     torch.manual_seed(0)
-    model = FashionCnn() if args.model == "cnn" else WideMlp(args.mlp_width)
-    ddp = nn.parallel.DistributedDataParallel(model)
+    model = (FashionCnn() if args.model == "cnn" else WideMlp(args.mlp_width)).to(device)
+    ids = [device.index] if device.type == "cuda" else None
+    ddp = nn.parallel.DistributedDataParallel(model, device_ids=ids)
     opt = torch.optim.SGD(ddp.parameters(), lr=0.01)
-    x = torch.randn(args.batch, 1, 28, 28)
-    y = torch.randint(10, (args.batch,))
+    x = torch.randn(args.batch, 1, 28, 28).to(device)
+    y = torch.randint(10, (args.batch,)).to(device)
+
+    def finish_queued():
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
 
     def step():
         opt.zero_grad()
@@ -75,10 +89,12 @@ def worker(rank, args, port):
 
     for _ in range(args.warmup):
         step()
+    finish_queued()
     dist.barrier()
     t0, c0, f0 = time.perf_counter(), cpu_seconds(), minor_faults()
     for _ in range(args.steps):
         step()
+    finish_queued()
     t1, c1, f1 = time.perf_counter(), cpu_seconds(), minor_faults()
     with open("%s.rank%d" % (args.out, rank), "w") as f:
         f.write("%.9f %.9f %d\n" % (t1 - t0, c1 - c0, f1 - f0))
@@ -95,6 +111,7 @@ def main():
     p.add_argument("--batch", type=int, default=64)
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--mlp-width", type=int, default=4096)
+    p.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
     p.add_argument("--out", required=True)
     args = p.parse_args()
     with socket.socket() as s:

@@ -28,6 +28,7 @@ struct Flags {
   std::string data_dir = dpx::FashionMNIST::kDefaultRoot;
   int64_t max_steps = -1;    // stop once this many steps were taken in total (smoke tests)
   int64_t train_limit = -1;  // use only the first N training and N/6 test images (smoke tests)
+  std::string device = "cpu";  // or "cuda": GPU LOCAL_RANK (one per worker)
 };
 
 // Checks with messages that say what was expected (CLI11's own number checks print the range up
@@ -55,7 +56,7 @@ void add_flags(CLI::App& app, Flags& f) {
   app.add_option("--batch-size", f.batch_size, "samples per rank and step (default 64)")
       ->check(integer_at_least(1));
   app.add_option("--lr", f.lr, "Adam's learning rate (default 2e-3)")->check(kPositiveFinite);
-  app.add_option("--backend", f.backend, "auto (default), shm or gloo");
+  app.add_option("--backend", f.backend, "auto (default), shm, gloo or nccl");
   app.add_option("--checkpoint-dir", f.checkpoint_dir, "where checkpoints go and resume from");
   app.add_option("--checkpoint-every", f.checkpoint_every, "steps between checkpoints")
       ->check(integer_at_least(1));
@@ -66,6 +67,8 @@ void add_flags(CLI::App& app, Flags& f) {
       ->check(integer_at_least(-1));
   app.add_option("--train-limit", f.train_limit, "use the first N train, N/6 test images")
       ->check(integer_at_least(-1));
+  app.add_option("--device", f.device, "cpu (default) or cuda: GPU LOCAL_RANK, one per worker")
+      ->check(CLI::IsMember({"cpu", "cuda"}));
 }
 
 // One line per record, as scripts/plot_metrics.sh reads them.
@@ -116,10 +119,12 @@ std::pair<double, double> evaluate(Net& net, const dpx::FashionMNIST& test, dpx:
   std::vector<int64_t> mine;
   for (int64_t i = pg.rank(); i < n; i += pg.size()) mine.push_back(i);  // = the sampler's shard
   auto index = torch::tensor(mine, torch::kInt64);
-  auto sums = torch::zeros({3}, torch::kFloat64);  // loss, correct, count
+  const auto device = pg.options().device;
+  // loss, correct, count; on the group's device, which all-reduces them
+  auto sums = torch::zeros({3}, torch::TensorOptions(torch::kFloat64).device(device));
   for (const auto& chunk : index.split(1000)) {
-    auto x = (test.images().index_select(0, chunk) - 0.2860) / 0.3530;
-    auto y = test.targets().index_select(0, chunk);
+    auto x = ((test.images().index_select(0, chunk) - 0.2860) / 0.3530).to(device);
+    auto y = test.targets().index_select(0, chunk).to(device);
     auto out = net->forward(x);
     sums[0] += torch::nn::functional::cross_entropy(out, y, torch::nn::functional::CrossEntropyFuncOptions().reduction(torch::kSum)).item<double>();
     sums[1] += out.argmax(1).eq(y).sum().item<double>();
@@ -135,7 +140,9 @@ std::pair<double, double> evaluate(Net& net, const dpx::FashionMNIST& test, dpx:
 
 int run(const Flags& flags) {
   torch::set_num_threads(1);  // one core per rank; the ranks are the parallelism
-  auto pg = dpx::init_process_group({.backend = flags.backend});
+  // "cuda": this worker's GPU, cuda:LOCAL_RANK; the group's backend follows (docs/backends.md).
+  const auto device = dpx::cuda::local_device(torch::Device(flags.device));
+  auto pg = dpx::init_process_group({.backend = flags.backend, .device = device});
   const bool lead = pg->rank() == 0;
   torch::manual_seed(0);  // the same initial model on every rank (DDP broadcasts rank 0's anyway)
 
@@ -150,8 +157,9 @@ int run(const Flags& flags) {
                                               torch::data::DataLoaderOptions(flags.batch_size));
 
   Net net;
+  net->to(device);
   torch::optim::Adam optimizer(net->parameters(), torch::optim::AdamOptions(flags.lr));
-  dpx::Checkpointer checkpointer({.directory = flags.checkpoint_dir}, pg);
+  dpx::Checkpointer checkpointer({.directory = flags.checkpoint_dir, .map_location = device}, pg);
   dpx::TrainingProgress progress;
   if (auto resumed = checkpointer.load_latest(*net, optimizer)) {
     progress = *resumed;
@@ -177,7 +185,8 @@ int run(const Flags& flags) {
     int64_t steps = 0;
     for (auto& batch : *loader) {
       optimizer.zero_grad();
-      auto loss = torch::nn::functional::cross_entropy(ddp->forward(batch.data), batch.target);
+      auto loss = torch::nn::functional::cross_entropy(ddp->forward(batch.data.to(device)),
+                                                       batch.target.to(device));
       loss.backward();
       optimizer.step();
       seen += batch.data.size(0);

@@ -9,6 +9,7 @@
 #include "dpx/comm/store.h"
 #include "dpx/comm/types.h"
 #include "dpx/comm/work.h"
+#include "dpx/cuda.h"
 #include "dpx/data/distributed_sampler.h"
 #include "dpx/data/fashion_mnist.h"
 #include "dpx/env.h"

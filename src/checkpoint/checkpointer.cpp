@@ -13,6 +13,8 @@
 #include <sstream>
 
 #include "dpx/comm/errors.h"
+#include "dpx/cuda.h"
+#include "parallel/control.h"
 
 namespace dpx {
 namespace {
@@ -86,9 +88,14 @@ std::string serialize(const torch::nn::Module& model, const torch::optim::Optimi
 }
 
 TrainingProgress deserialize(const std::string& payload, torch::nn::Module& model,
-                             torch::optim::Optimizer& optimizer) {
+                             torch::optim::Optimizer& optimizer,
+                             const std::optional<c10::Device>& map_location) {
   torch::serialize::InputArchive archive, model_archive, optimizer_archive;
-  archive.load_from(payload.data(), payload.size());
+  if (map_location) {
+    archive.load_from(payload.data(), payload.size(), cuda::local_device(*map_location));
+  } else {
+    archive.load_from(payload.data(), payload.size());
+  }
   archive.read("model", model_archive);
   archive.read("optimizer", optimizer_archive);
   model.load(model_archive);
@@ -101,7 +108,7 @@ TrainingProgress deserialize(const std::string& payload, torch::nn::Module& mode
   archive.read("rng_cpu", rng);
   auto gen = at::detail::getDefaultCPUGenerator();
   std::lock_guard<std::mutex> lock(gen.mutex());
-  gen.set_state(rng);
+  gen.set_state(rng.cpu());  // a map_location may have moved it
   return progress;
 }
 
@@ -195,7 +202,7 @@ std::optional<TrainingProgress> Checkpointer::load_latest(torch::nn::Module& mod
   barrier();
   auto step = torch::tensor({rank_ == 0 ? pick_latest_good() : int64_t{-1}}, torch::kInt64);
   if (pg_ && world_ > 1) {
-    pg_->broadcast(step, {.root = 0})->wait(options_.timeout);
+    detail::control_broadcast(*pg_, step, 0, options_.timeout);  // the group may be on a GPU
   }
   const int64_t chosen = step.item<int64_t>();
   if (chosen < 0) {
@@ -209,7 +216,7 @@ std::optional<TrainingProgress> Checkpointer::load_latest(torch::nn::Module& mod
     throw CheckpointError(where(rank_, world_) + e.what() +
                           " (rank 0 read it fine: is the directory shared by every rank?)");
   }
-  return deserialize(payload, model, optimizer);
+  return deserialize(payload, model, optimizer, options_.map_location);
 }
 
 }  // namespace dpx

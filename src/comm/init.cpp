@@ -8,6 +8,7 @@
 #include "comm/init_url.h"
 #include "comm/store/job_token.h"
 #include "dpx/comm/errors.h"
+#include "dpx/cuda.h"
 #include "dpx/env.h"
 #include "env_read.h"
 
@@ -129,8 +130,8 @@ std::string pick_backend(const std::string& asked) {
   if (b == "auto") {
     b = detail::env_string("DPX_BACKEND").value_or("auto");
   }
-  TORCH_CHECK(b == "auto" || b == "shm" || b == "gloo", "unknown backend '", b,
-              "'; use auto, shm or gloo");
+  TORCH_CHECK(b == "auto" || b == "shm" || b == "gloo" || b == "nccl", "unknown backend '", b,
+              "'; use auto, shm, gloo or nccl");
   return b;
 }
 
@@ -143,6 +144,8 @@ std::shared_ptr<ProcessGroup> new_process_group(const std::string& backend,
   check_rank(rank, size);
   const std::string b = pick_backend(backend);
   detail::BackendArgs args{std::move(store), rank, size, options};
+  args.options.device = cuda::local_device(args.options.device);  // "cuda": LOCAL_RANK's GPU
+  if (!args.options.device.is_cpu() || b == "nccl") return detail::make_device_group(b, args);
   const bool shm = b == "shm" || (b == "auto" && detail::all_ranks_on_one_host(args));
   return shm ? detail::make_shm_group(args) : detail::make_gloo_group(args);
 }
@@ -154,6 +157,7 @@ std::shared_ptr<ProcessGroup> init_process_group(InitOptions opts) {
   auto store = Store::prefix(opts.group_name, r.store);
   ProcessGroup::Options pg;
   pg.timeout = opts.timeout;
+  pg.device = opts.device;
   return new_process_group(backend, std::move(store), r.rank, r.world_size, pg);
 }
 

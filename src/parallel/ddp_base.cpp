@@ -7,6 +7,7 @@
 #include "dpx/comm/errors.h"
 #include "dpx/env.h"
 #include "dpx/parallel/bucket_assignment.h"
+#include "parallel/control.h"
 #include "parallel/model_sync.h"
 #include "parallel/reducer.h"
 
@@ -41,6 +42,14 @@ DdpBase::DdpBase(std::shared_ptr<torch::nn::Module> module, std::shared_ptr<Proc
   reduced_parameters(*base_module_, params, names);
   TORCH_CHECK(!params.empty(), pg_->where(), "DistributedDataParallel is not needed when a "
               "module doesn't have any parameter that requires a gradient.");
+  // One device per process (docs/ddp.md): buckets live where the parameters are, and the group
+  // reduces them there.
+  for (std::size_t i = 0; i < params.size(); ++i) {
+    TORCH_CHECK(params[i].device() == pg_->options().device, pg_->where(), "DistributedData"
+                "Parallel: parameter ", names[i], " is on ", params[i].device(), " but the process "
+                "group works on ", pg_->options().device, "; move the module there first "
+                "(module->to(device)) or make the group on the module's device");
+  }
   for (const auto& b : base_module_->buffers()) buffers_.push_back(b);
 
   detail::verify_params_across_ranks(*pg_, params);
@@ -79,7 +88,7 @@ void DdpBase::pre_forward() {
   if (join_active_ && forward_synced_) {
     // Join protocol step 1: count the ranks that still have data (joined ranks add 0).
     auto active = at::ones({1}, at::kLong);
-    pg_->allreduce(active)->wait();
+    detail::control_allreduce(*pg_, active)->wait();  // Note [Control tensors]
     reducer_->set_divide_factor(join_options_.divide_by_initial_world_size
                                     ? pg_->size()
                                     : static_cast<double>(active.item<std::int64_t>()));
@@ -142,7 +151,7 @@ void DdpBase::shadow_until_all_joined() {
   bool last_joiner = true;
   for (;;) {
     auto active = at::zeros({1}, at::kLong);
-    pg_->allreduce(active)->wait();
+    detail::control_allreduce(*pg_, active)->wait();
     if (active.item<std::int64_t>() == 0) break;
     if (join_options_.throw_on_early_termination) {
       auto exhausted = at::ones({1}, at::kLong);
@@ -156,7 +165,7 @@ void DdpBase::shadow_until_all_joined() {
     reducer_->shadow_backward();
   }
   auto authority = at::full({1}, last_joiner ? pg_->rank() : -1, at::kLong);
-  pg_->allreduce(authority, {ReduceOp::kMax})->wait();
+  detail::control_allreduce(*pg_, authority, ReduceOp::kMax)->wait();
   std::vector<at::Tensor> state;
   for (const auto& item : base_module_->named_parameters()) state.push_back(item.value());
   state.insert(state.end(), buffers_.begin(), buffers_.end());

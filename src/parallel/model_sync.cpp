@@ -2,6 +2,8 @@
 
 #include <c10/util/Exception.h>
 
+#include "parallel/control.h"
+
 namespace dpx::detail {
 namespace {
 
@@ -57,7 +59,7 @@ void verify_params_across_ranks(ProcessGroup& pg, const std::vector<at::Tensor>&
   // Counts first: unequal inputs to the metadata broadcast would crash it (pytorch#73547).
   auto mine = at::tensor({static_cast<std::int64_t>(params.size()), meta.numel()}, at::kLong);
   auto all = at::empty({2 * world}, at::kLong);
-  pg.allgather(all, mine)->wait();
+  control_allgather(pg, all, mine);  // Note [Control tensors]
   auto counts = all.data_ptr<std::int64_t>();
   for (int r = 0; r < world; ++r) {
     TORCH_CHECK(counts[2 * r] == static_cast<std::int64_t>(params.size()), pg.where(),
@@ -71,11 +73,11 @@ void verify_params_across_ranks(ProcessGroup& pg, const std::vector<at::Tensor>&
                 "their sizes appear not to match sizes of the same params in rank ", r, ".");
   }
   auto control = meta.clone();
-  pg.broadcast(control, {0})->wait();
+  control_broadcast(pg, control, 0);
   const std::string mismatch = first_mismatch(pg, params, control);
   // Rank 0 always agrees with itself: share the verdict so that every rank fails alike.
   auto verdict = at::full({1}, mismatch.empty() ? -1 : pg.rank(), at::kLong);
-  pg.allreduce(verdict, {ReduceOp::kMax})->wait();
+  control_allreduce(pg, verdict, ReduceOp::kMax)->wait();
   const auto bad_rank = verdict.item<std::int64_t>();
   TORCH_CHECK(mismatch.empty(), pg.where(), mismatch);
   TORCH_CHECK(bad_rank < 0, pg.where(), "[", pg.rank(), "]: the parameters of rank ", bad_rank,

@@ -11,6 +11,7 @@
 #include <c10/util/strides.h>
 
 #include "dpx/parallel/bucket_assignment.h"
+#include "parallel/control.h"
 
 namespace dpx::detail {
 namespace {
@@ -116,14 +117,14 @@ void Reducer::rebuild_buckets() {
   rebuilt_ = true;
   auto length = at::zeros({1}, at::kLong);
   if (pg_->rank() == 0) length.fill_(static_cast<std::int64_t>(observed_order_.size()));
-  pg_->broadcast(length)->wait();
+  control_broadcast(*pg_, length, 0);  // Note [Control tensors]
   const auto n = length.item<std::int64_t>();
   if (n == 0) return;  // rank 0 never saw a gradient (it joined early): keep the layout
   auto order = at::zeros({n}, at::kLong);
   if (pg_->rank() == 0) {
     std::copy(observed_order_.begin(), observed_order_.end(), order.data_ptr<std::int64_t>());
   }
-  pg_->broadcast(order)->wait();
+  control_broadcast(*pg_, order, 0);
   std::vector<std::int64_t> indices(order.data_ptr<std::int64_t>(),
                                     order.data_ptr<std::int64_t>() + n);
   std::vector<char> seen(params_.size(), 0);

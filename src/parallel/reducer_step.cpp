@@ -10,6 +10,7 @@
 #include <unordered_set>
 
 #include "dpx/comm/errors.h"
+#include "parallel/control.h"
 
 namespace dpx::detail {
 namespace {
@@ -218,7 +219,7 @@ void Reducer::launch_bucket(std::size_t b) {
   }
 }
 
-void Reducer::launch_used_map() { used_work_ = pg_->allreduce(local_used_); }
+void Reducer::launch_used_map() { used_work_ = control_allreduce(*pg_, local_used_); }
 
 void Reducer::delayed_reduce_all() {
   {

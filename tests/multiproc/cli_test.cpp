@@ -97,6 +97,16 @@ TEST(Cli, ExampleMistakesAreOneLine) {
   expect_one_line_error({e, "--lr", "nan"}, "--lr");
   expect_one_line_error({e, "--checkpoint-every", "0"}, "--checkpoint-every");
   expect_one_line_error({e, "--data-dir", "/nonexistent/fashion"}, "/nonexistent/fashion");
+  expect_one_line_error({e, "--device", "tpu"}, "--device");
+}
+
+// --device cuda where the process sees no GPU: one line saying so, before any connection.
+TEST(Cli, ExampleDeviceCudaWithoutAGpuIsOneLine) {
+  if (!built(example_path())) GTEST_SKIP() << "the example is not built";
+  LaunchOptions o;
+  o.set_env = {{"RANK", "0"}, {"WORLD_SIZE", "1"}, {"MASTER_ADDR", "127.0.0.1"},
+               {"MASTER_PORT", "0"}, {"LOCAL_RANK", "0"}, {"CUDA_VISIBLE_DEVICES", ""}};
+  expect_one_line_error({example_path(), "--device", "cuda"}, "sees no CUDA device", 1, o);
 }
 
 // Errors at run time: the message of the c10::Error, not its backtrace; exit code 1.

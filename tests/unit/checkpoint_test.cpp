@@ -9,6 +9,7 @@
 #include <fstream>
 
 #include "dpx/checkpoint/checkpointer.h"
+#include "dpx/cuda.h"
 
 namespace {
 
@@ -154,6 +155,74 @@ TEST_F(CheckpointTest, ForeignFileIsRefused) {
   const std::string path = dir_ + "/checkpoint-000000000007.dpx";
   std::ofstream(path) << "this is not a checkpoint, just some text long enough";
   EXPECT_NE(error_of(path).find("not a dpx checkpoint"), std::string::npos);
+}
+
+}  // namespace
+
+// map_location (docs/checkpoint.md, "Loading onto another device").
+namespace {
+
+dpx::Checkpointer mapped(const std::string& dir, c10::Device to) {
+  dpx::CheckpointerOptions o{.directory = dir};
+  o.map_location = to;
+  return dpx::Checkpointer(o, nullptr);
+}
+
+TEST_F(CheckpointTest, MapLocationCpuLoadsTheSameState) {
+  torch::manual_seed(1);
+  Net saved;
+  auto opt = make_sgd(saved);
+  train_step(saved, opt);
+  checkpointer().save(saved, opt, {0, 1, 4});
+  torch::manual_seed(2);
+  Net loaded;
+  auto opt2 = make_sgd(loaded);
+  auto progress = mapped(dir_, at::kCPU).load_latest(loaded, opt2);
+  ASSERT_TRUE(progress.has_value());
+  EXPECT_EQ(progress->step, 1);
+  expect_same_parameters(saved, loaded);
+}
+
+TEST_F(CheckpointTest, MapLocationOnAMissingGpuNamesIt) {
+  if (dpx::cuda::device_count() > 0) GTEST_SKIP() << "this machine has a CUDA device";
+  Net net;
+  auto opt = make_sgd(net);
+  checkpointer().save(net, opt, {0, 1, 4});
+  try {
+    mapped(dir_, at::Device("cuda:0")).load_latest(net, opt);
+    ADD_FAILURE() << "loaded onto a GPU that is not there";
+  } catch (const c10::Error& e) {
+    EXPECT_THAT(e.what(), ::testing::HasSubstr("sees no CUDA device"));
+  }
+}
+
+// CUDA both ways: saved on cuda:0, loaded onto the CPU; saved on the CPU, loaded onto cuda:0.
+TEST_F(CheckpointTest, MapLocationMovesBetweenCudaAndCpu) {
+  if (dpx::cuda::device_count() == 0) GTEST_SKIP() << "no CUDA device";
+  torch::manual_seed(1);
+  Net on_gpu;
+  on_gpu.to(at::Device("cuda:0"));
+  auto opt = make_sgd(on_gpu);
+  checkpointer().save(on_gpu, opt, {0, 1, 4});
+  Net on_cpu;
+  auto opt_cpu = make_sgd(on_cpu);
+  ASSERT_TRUE(mapped(dir_, at::kCPU).load_latest(on_cpu, opt_cpu).has_value());
+  for (const auto& p : on_cpu.parameters()) EXPECT_TRUE(p.device().is_cpu());
+  auto gpu_params = on_gpu.parameters(), cpu_params = on_cpu.parameters();
+  for (size_t i = 0; i < gpu_params.size(); ++i) {
+    EXPECT_TRUE(gpu_params[i].cpu().equal(cpu_params[i])) << i;
+  }
+  std::system(("rm -f " + dir_ + "/*").c_str());
+  checkpointer().save(on_cpu, opt_cpu, {0, 2, 4});
+  Net back;
+  back.to(at::Device("cuda:0"));
+  auto opt_back = make_sgd(back);
+  ASSERT_TRUE(mapped(dir_, at::Device("cuda")).load_latest(back, opt_back).has_value());
+  auto back_params = back.parameters();
+  for (size_t i = 0; i < back_params.size(); ++i) {
+    EXPECT_EQ(back_params[i].device(), at::Device("cuda:0"));
+    EXPECT_TRUE(back_params[i].cpu().equal(cpu_params[i])) << i;
+  }
 }
 
 }  // namespace

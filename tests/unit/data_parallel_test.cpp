@@ -247,3 +247,58 @@ TEST(DataParallel, FrozenParametersGetNoGradient) {
 }
 
 }  // namespace
+
+// On GPUs (skipped without one): cuda:0, and cuda:1 too where there is one.
+namespace {
+
+dpx::DataParallelOptions gpus() {
+  dpx::DataParallelOptions options;
+  const auto n = std::min<int64_t>(torch::cuda::device_count(), 2);
+  for (int64_t i = 0; i < n; ++i) options.devices.emplace_back(torch::kCUDA, i);
+  return options;
+}
+
+TEST(DataParallelCuda, MlpTrainingStepsMatchWholeBatch) {
+  if (torch::cuda::device_count() == 0) GTEST_SKIP() << "no CUDA device";
+  torch::manual_seed(2);
+  Mlp net;
+  net->to(torch::Device("cuda:0"));
+  Mlp ref = copy_of(net);
+  dpx::DataParallel dp(net, gpus());
+  torch::optim::SGD opt(net->parameters(), torch::optim::SGDOptions(0.1).momentum(0.9));
+  torch::optim::SGD ref_opt(ref->parameters(), torch::optim::SGDOptions(0.1).momentum(0.9));
+  for (int step = 0; step < 5; ++step) {
+    auto x = torch::randn({16, 10}).cuda();
+    auto y = torch::randint(4, {16}).cuda();
+    opt.zero_grad();
+    ref_opt.zero_grad();
+    auto out = dp(x);
+    EXPECT_EQ(out.device(), torch::Device("cuda:0"));
+    torch::nn::functional::cross_entropy(out, y).backward();
+    torch::nn::functional::cross_entropy(ref(x), y).backward();
+    opt.step();
+    ref_opt.step();
+  }
+  expect_same_state(*net, *ref);
+}
+
+// Replica 0's in-place update of BatchNorm's running statistics reaches the module.
+TEST(DataParallelCuda, BatchNormRunningStatsReachTheModule) {
+  if (torch::cuda::device_count() == 0) GTEST_SKIP() << "no CUDA device";
+  torch::manual_seed(3);
+  Cnn net;
+  net->to(torch::Device("cuda:0"));
+  Cnn ref = copy_of(net);
+  auto options = gpus();
+  const int replicas = static_cast<int>(options.devices.size());
+  dpx::DataParallel dp(net, options);
+  auto x = torch::randn({12, 1, 8, 8}).cuda();
+  auto out = dp(x);
+  auto [expected, kept] = per_chunk_reference(ref, x, replicas);
+  expect_close(out, expected, "output");
+  restore_buffers(ref, kept);  // = replica 0's update
+  expect_same_state(*net, *ref);
+  EXPECT_EQ(net->bn->num_batches_tracked.item<int64_t>(), 1);
+}
+
+}  // namespace

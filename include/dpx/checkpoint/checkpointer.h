@@ -37,6 +37,10 @@ struct CheckpointerOptions {
   std::string directory;
   int keep_last = 3;
   std::chrono::milliseconds timeout = kDefaultTimeout;  // barriers and the broadcast
+  // Where load_latest() puts the loaded tensors (PyTorch's map_location, one device): nullopt
+  // keeps the device each was saved from; cpu, cuda:N, or cuda for GPU LOCAL_RANK
+  // (dpx::cuda::local_device). E.g. a checkpoint saved on cuda:0 loads onto cuda:1 or the CPU.
+  std::optional<c10::Device> map_location;
   CheckpointWriteOptions write;                         // test hooks
 };
 

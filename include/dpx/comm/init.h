@@ -14,9 +14,13 @@
 namespace dpx {
 
 struct InitOptions {
-  // "auto" (shm when every rank is on one host, else gloo), "shm" or "gloo".
-  // DPX_BACKEND in the environment replaces "auto".
+  // "auto" (shm when every rank is on one host, else gloo; on CUDA, nccl unless ranks share a
+  // GPU), "shm", "gloo" or "nccl". DPX_BACKEND in the environment replaces "auto".
   std::string backend = "auto";
+  // Where the group's tensors live: the CPU, "cuda:N", or "cuda" for GPU LOCAL_RANK (modulo
+  // the GPUs present; dpx::cuda::local_device). shm and gloo stage CUDA tensors through host
+  // memory (docs/backends.md).
+  at::Device device = at::kCPU;
   // "env://" (MASTER_ADDR, MASTER_PORT, RANK, WORLD_SIZE), "tcp://host:port?rank=R&world_size=W",
   // "file:///path?rank=R&world_size=W". Ignored when `store` is given.
   std::string init_method = "env://";

@@ -10,7 +10,6 @@
 #include "comm/backends.h"
 
 namespace dpx::detail {
-namespace {
 
 std::string host_identity() {
   char host[HOST_NAME_MAX + 1] = {0};
@@ -19,8 +18,6 @@ std::string host_identity() {
   std::ifstream("/proc/sys/kernel/random/boot_id") >> boot_id;
   return std::string(host) + "/" + boot_id;
 }
-
-}  // namespace
 
 bool all_ranks_on_one_host(const BackendArgs& args) {
   if (args.size == 1) return true;

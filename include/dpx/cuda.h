@@ -1,0 +1,24 @@
+// CUDA devices: whether dpx has CUDA support, and which GPU a process of a job uses.
+#pragma once
+
+#include <c10/core/Device.h>
+
+#include <optional>
+
+namespace dpx::cuda {
+
+// Whether this dpx was compiled with CUDA support (DPX_CUDA, docs/install.md): the nccl
+// backend, CUDA streams in DDP. Without it, CUDA tensors still work with the staged backends.
+bool built();
+
+// CUDA devices this process sees (0 without any, or with a LibTorch without CUDA).
+int device_count();
+
+// The device a process uses: `asked` as given when it is the CPU or names an index ("cuda:1"),
+// else ("cuda") the GPU of `local_rank` (LOCAL_RANK when nullopt), modulo the devices present:
+// with fewer GPUs than local ranks, ranks share them (docs/backends.md, the staged backends).
+// Throws a c10::Error naming what is wrong when there is no such device.
+at::Device local_device(at::Device asked = at::Device(at::kCUDA),
+                        std::optional<int> local_rank = std::nullopt);
+
+}  // namespace dpx::cuda

@@ -1,0 +1,42 @@
+#include "comm/nccl/translate.h"
+
+#include "dpx/comm/errors.h"
+
+namespace dpx::detail {
+namespace {
+
+bool contains(const std::string& s, const char* what) { return s.find(what) != std::string::npos; }
+
+}  // namespace
+
+// Note [NCCL error words]
+// ProcessGroupNCCL reports every failure as c10::DistBackendError; what happened is only in the
+// text. Its watchdog writes "Watchdog caught collective operation timeout" and a blocking wait
+// "timed out"; NCCL itself names a peer that vanished "remote process exited or there was a
+// network error" (ncclRemoteError), and a socket the peer closed "Connection closed by peer" or
+// "Connection reset" (ncclSystemError). The first match decides; unknown texts stay
+// DistributedError, with c10d's message kept.
+void rethrow_nccl_error(const std::exception& e, const std::string& where, const std::string& op,
+                        std::chrono::milliseconds timeout) {
+  if (dynamic_cast<const DistributedError*>(&e) != nullptr) {
+    throw;
+  }
+  std::string msg = e.what();
+  if (auto nl = msg.find("\nException raised from"); nl != std::string::npos) {
+    msg.resize(nl);
+  }
+  if (contains(msg, "imed out") || contains(msg, "imeout")) {
+    throw TimeoutError(where + "nccl " + op + " did not finish within " +
+                       std::to_string(timeout.count()) + " ms (" + msg +
+                       "). A peer is stuck or gone; check the other ranks' logs, or raise the "
+                       "timeout if the job is just slow.");
+  }
+  if (contains(msg, "remote process exited") || contains(msg, "onnection closed") ||
+      contains(msg, "onnection reset") || contains(msg, "ncclRemoteError")) {
+    throw PeerLostError(where + "nccl " + op + " failed: a peer is gone (" + msg +
+                        "). Another rank has probably died; see its log.");
+  }
+  throw DistributedError(where + "nccl " + op + " failed: " + msg);
+}
+
+}  // namespace dpx::detail

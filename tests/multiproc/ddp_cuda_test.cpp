@@ -1,0 +1,127 @@
+// DDP on CUDA modules: one rank over nccl against plain LibTorch, and two processes sharing one
+// GPU (the staged shm backend) against one process on the whole batch. Skipped without a GPU.
+// The parent never touches CUDA (a forked child could not use it then): children count GPUs.
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <torch/torch.h>
+
+#include <algorithm>
+
+#include "ddp_models.h"
+#include "dpx/dpx.h"
+#include "harness.h"
+
+namespace dpx {
+namespace {
+
+constexpr int kSteps = 4;
+constexpr int kPerRank = 8;
+
+// The CUDA devices a child process sees; the parent stays without a CUDA context.
+int gpus_seen_by_a_child() {
+  const pid_t pid = ::fork();
+  if (pid == 0) ::_exit(std::min(cuda::device_count(), 100));
+  int status = 0;
+  ::waitpid(pid, &status, 0);
+  return WIFEXITED(status) ? WEXITSTATUS(status) : 0;
+}
+
+// `steps` SGD steps of `net` on the batches (sliced for `rank` of `world`).
+template <typename Net>
+void train(Net& net, std::vector<torch::Tensor> params, const std::vector<test::Batch>& batches,
+           int rank, int world, at::Device device) {
+  torch::optim::SGD opt(params, torch::optim::SGDOptions(0.1));
+  for (const auto& b : batches) {
+    auto part = test::slice(b, rank, world);
+    opt.zero_grad();
+    auto loss = torch::nn::functional::cross_entropy(net->forward(part.x.to(device)),
+                                                     part.y.to(device));
+    loss.backward();
+    opt.step();
+  }
+}
+
+std::vector<torch::Tensor> on_cpu(const std::vector<torch::Tensor>& params) {
+  std::vector<torch::Tensor> out;
+  for (const auto& p : params) out.push_back(p.detach().cpu());
+  return out;
+}
+
+TEST(DdpCuda, OneRankOverNcclSameAsPlainLibTorch) {
+  if (gpus_seen_by_a_child() == 0) GTEST_SKIP() << "no CUDA device";
+  if (!cuda::built()) GTEST_SKIP() << "dpx built without CUDA (DPX_CUDA)";
+  test::expect_all_ok(test::run_processes(1, [](int) {
+    const at::Device device("cuda:0");
+    ProcessGroup::Options o;
+    o.device = device;
+    auto pg = new_process_group("auto", Store::hash(), 0, 1, o);
+    ASSERT_EQ(pg->backend(), "nccl");
+    auto batches = test::make_batches(kSteps, 1, kPerRank, {16});
+    torch::manual_seed(7);
+    test::Mlp net;
+    net->to(device);
+    torch::manual_seed(7);
+    test::Mlp ref;
+    ref->to(device);
+    DistributedDataParallel ddp(net, pg);
+    train(ddp, ddp->parameters(), batches, 0, 1, device);
+    train(ref, ref->parameters(), batches, 0, 1, device);
+    test::expect_params_close(on_cpu(net->parameters()), on_cpu(ref->parameters()));
+  }));
+}
+
+// Each option DDP has on CPU, on two ranks that share cuda:0.
+TEST(DdpCuda, TwoRanksSharingAGpuMatchOneProcess) {
+  if (gpus_seen_by_a_child() == 0) GTEST_SKIP() << "no CUDA device";
+  for (int variant = 0; variant < 4; ++variant) {
+    SCOPED_TRACE("variant " + std::to_string(variant));
+    test::StoreServer server;
+    test::expect_all_ok(test::run_processes(2, [&](int rank) {
+      const at::Device device("cuda:0");
+      ProcessGroup::Options o;
+      o.device = device;
+      auto pg = new_process_group("auto", server.client(), rank, 2, o);
+      ASSERT_EQ(pg->backend(), "shm-staged");
+      auto batches = test::make_batches(kSteps, 2, kPerRank, {16});
+      torch::manual_seed(7);
+      test::Mlp net;
+      net->to(device);
+      torch::manual_seed(7);
+      test::Mlp ref;
+      ref->to(device);
+      DistributedDataParallelOptions d;
+      d.gradient_as_bucket_view = variant == 1;
+      d.find_unused_parameters = variant == 2;
+      d.static_graph = variant == 3;
+      DistributedDataParallel ddp(net, pg, d);
+      train(ddp, ddp->parameters(), batches, rank, 2, device);
+      train(ref, ref->parameters(), batches, 0, 1, device);
+      test::expect_params_close(on_cpu(net->parameters()), on_cpu(ref->parameters()));
+    }));
+  }
+}
+
+// A parameter on the meta device, which any machine has.
+struct MetaImpl : torch::nn::Module {
+  MetaImpl() { weight = register_parameter("weight", torch::empty({4, 4}, at::kMeta)); }
+  torch::Tensor forward(torch::Tensor x) { return x.matmul(weight); }
+  torch::Tensor weight;
+};
+TORCH_MODULE(Meta);
+
+// Runs anywhere: a module whose parameters are not on the group's device.
+TEST(DdpCuda, ParametersOffTheGroupsDeviceAreAClearError) {
+  auto pg = new_process_group("gloo", Store::hash(), 0, 1);
+  Meta net;
+  try {
+    DistributedDataParallel ddp(net, pg);
+    ADD_FAILURE() << "DDP accepted parameters on another device than its group's";
+  } catch (const c10::Error& e) {
+    EXPECT_THAT(e.what(), ::testing::HasSubstr("parameter weight is on meta but the process "
+                                               "group works on cpu; move the module there"));
+  }
+}
+
+}  // namespace
+}  // namespace dpx
