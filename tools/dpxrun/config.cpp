@@ -11,6 +11,8 @@
 #include <sstream>
 #include <thread>
 
+#include "slurm.h"
+
 namespace dpxrun {
 namespace {
 
@@ -334,9 +336,14 @@ Config parse_config(const std::vector<std::string>& args) {
   } else if (!c.program.empty() && c.program.front().size() > 1 && c.program.front()[0] == '-') {
     fail("unknown flag '" + c.program.front() + "'");  // prefix_command() let it through
   }
+  std::set<std::string> given;
   for (const auto& [flag, option] : options) {
-    if (option->count() > 0) flag->apply(c, values[flag->name]);
+    if (option->count() > 0) {
+      flag->apply(c, values[flag->name]);
+      given.insert(flag->name);
+    }
   }
+  c.notice = apply_slurm(c, given);  // Note [srun dpxrun]
   finish(c);
   return c;
 }

@@ -47,6 +47,7 @@ struct Config {
   double heartbeat_timeout = 0;    // --heartbeat-timeout: 0 = hung workers are not detected
   double exit_barrier_timeout = 300;
   std::vector<std::string> program;  // PROGRAM and its arguments
+  std::string notice;  // what was derived from a Slurm step (Note [srun dpxrun]); "" if nothing
 
   bool is_static() const { return rdzv_backend == "static"; }
 };

@@ -16,6 +16,7 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "dpxrun: error: %s (see dpxrun --help)\n", e.what());
     return 2;
   }
+  if (!config.notice.empty()) std::fprintf(stderr, "dpxrun: %s\n", config.notice.c_str());
   try {
     dpxrun::install_signal_handlers();
     dpxrun::Agent agent(config);
