@@ -85,5 +85,24 @@ TEST(NetnsGloo, LosingAHostEndsTheOtherWithPeerLostError) {
   EXPECT_NE(ra.output.find("PeerLostError"), std::string::npos) << ra.output;
 }
 
+TEST(NetnsGloo, CheckFromBothHostsNamesTheAddressEachListensOn) {
+  if (auto why = TwoHosts::why_not(); !why.empty()) GTEST_SKIP() << why;
+  TwoHosts hosts;
+  ASSERT_TRUE(hosts.ok()) << "could not set up the network namespaces";
+  auto flags = two_nodes(29400);
+  flags.insert(flags.begin(), "--check");
+  Launch a(dpxrun(hosts.exec_a(), flags, {}), no_network_variables());
+  Launch b(dpxrun(hosts.exec_b(), flags, {}), no_network_variables());
+  auto ra = a.wait(seconds(120)), rb = b.wait(seconds(120));
+  ASSERT_EQ(ra.exit_code, 0) << ra.output << "\n--- host b:\n" << rb.output;
+  ASSERT_EQ(rb.exit_code, 0) << rb.output << "\n--- host a:\n" << ra.output;
+  const std::string both = ra.output + rb.output;
+  EXPECT_NE(both.find("gloo listens on 10.213.0.1 (dva"), std::string::npos) << both;
+  EXPECT_NE(both.find("gloo listens on 10.213.0.2 (dvb"), std::string::npos) << both;
+  EXPECT_NE(both.find("rank 0: gloo: all 2 ranks reach each other"), std::string::npos) << both;
+  EXPECT_NE(ra.output.find("dpxrun --check: this node found no problem"), std::string::npos);
+  EXPECT_NE(rb.output.find("dpxrun --check: this node found no problem"), std::string::npos);
+}
+
 }  // namespace
 }  // namespace dpx::test
