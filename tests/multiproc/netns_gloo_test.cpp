@@ -2,10 +2,12 @@
 // network variable set, gloo must listen where the master is reached (Note [Listen where the
 // master is reached]), train exactly as one host does, and end cleanly when a host is lost.
 #include <signal.h>
+#include <unistd.h>
 
 #include <fstream>
 #include <iterator>
 
+#include "comm/net/route.h"
 #include "launcher_harness.h"
 #include "netns_hosts.h"
 
@@ -83,6 +85,28 @@ TEST(NetnsGloo, LosingAHostEndsTheOtherWithPeerLostError) {
   EXPECT_FALSE(ra.timed_out) << ra.output;
   EXPECT_EQ(ra.exit_code, 1) << ra.output;
   EXPECT_NE(ra.output.find("PeerLostError"), std::string::npos) << ra.output;
+}
+
+// This host's name resolves to loopback (as /etc/hosts often has it): a rank told the job spans
+// two hosts, with that name as MASTER_ADDR, must fail at once rather than listen on loopback.
+TEST(NetnsGloo, ListeningOnLoopbackInAJobOverSeveralHostsFailsAtOnce) {
+  char host[256] = {0};
+  ::gethostname(host, sizeof(host) - 1);
+  const auto route = detail::local_address_toward(host);
+  if (!route || !detail::is_loopback_address(*route)) {
+    GTEST_SKIP() << "this host's name (" << host << ") does not resolve to loopback here";
+  }
+  TempDir dir;
+  LaunchOptions o = no_network_variables();
+  o.set_env = {{"RANK", "0"}, {"WORLD_SIZE", "2"}, {"LOCAL_WORLD_SIZE", "1"},
+               {"MASTER_ADDR", host}, {"MASTER_PORT", std::to_string(free_tcp_port())}};
+  o.unset_env = {"GLOO_SOCKET_IFNAME"};
+  auto r = run_launcher({test_worker_path(), "train", dir.path()}, seconds(30), o);
+  EXPECT_NE(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("gloo would listen on " + *route + ", a loopback address, because "
+                          "MASTER_ADDR '" + host + "' leads to this host's loopback; but the job "
+                          "spans several hosts (WORLD_SIZE 2, LOCAL_WORLD_SIZE 1)"),
+            std::string::npos) << r.output;
 }
 
 TEST(NetnsGloo, CheckFromBothHostsNamesTheAddressEachListensOn) {

@@ -83,6 +83,27 @@ TEST(Schedulers, SrunDpxrunDerivesNodesAndRendezvousFromSlurm) {
                             " --master-port [0-9]+"));
 }
 
+// The batch script of docs/launcher.md ("Slurm and mpirun") on one node: a check, then training.
+TEST(Schedulers, SbatchScriptAsDocumented) {
+  SlurmCluster slurm;
+  if (!slurm.why_not().empty()) GTEST_SKIP() << slurm.why_not();
+  const std::string& expected = reference_params();
+  ASSERT_FALSE(expected.empty());
+  TempDir dir;
+  const std::string script = dir.path() + "/job.sh";
+  std::ofstream(script) << "#!/bin/bash\n#SBATCH --nodes=1\n#SBATCH --ntasks-per-node=1\n"
+                        << "#SBATCH --time=2\n#SBATCH --output=" << dir.path() << "/out.txt\n"
+                        << "set -euo pipefail\n"
+                        << "srun " << dpxrun_path() << " --check --nproc-per-node 2\n"
+                        << "srun " << dpxrun_path() << " --nproc-per-node 2 --max-restarts 2 "
+                        << test_worker_path() << " train " << dir.path() << "\n";
+  auto r = run_launcher({"sbatch", "--wait", script}, seconds(120), clean(slurm.env()));
+  const std::string out = slurp(dir.path() + "/out.txt");
+  ASSERT_EQ(r.exit_code, 0) << r.output << out;
+  EXPECT_NE(out.find("dpxrun --check: this node found no problem"), std::string::npos) << out;
+  EXPECT_EQ(slurp(dir.path() + "/params"), expected) << out;
+}
+
 // A Slurm step's variables as srun sets them, without a cluster: what dpxrun derives.
 LaunchOptions fake_step(const std::string& tasks, int port) {
   LaunchOptions o = clean();
