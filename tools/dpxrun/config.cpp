@@ -300,6 +300,9 @@ void finish(Config& c) {
   if (c.check) {  // the workers are dpxrun itself (check.h); nothing to restart
     c.program = {self_path()};
     c.max_restarts = 0;
+    // A check is run with every node at once: a node or store missing after a minute is a
+    // finding, not something to wait the training default (600 s) for.
+    c.timeouts.join = std::min(c.timeouts.join, 60.0);
   }
   if (c.program.empty()) fail("no program given: dpxrun [flags] PROGRAM [ARGS...]");
 }
