@@ -21,7 +21,7 @@ packages=(
   iproute2                    # network-namespace tests of dpxrun
   libcli11-dev                # command lines of dpxrun, dpx-bench and the example
   nlohmann-json3-dev          # error files, metrics and benchmark output
-  slurm-wlm                   # srun/sbatch tests on a private one-node cluster (no munge: auth/none)
+  slurm-wlm                   # srun/sbatch tests: a private one-node cluster, no munge
 )
 
 missing=()
