@@ -158,6 +158,10 @@ int run_check_worker() {
                              : "backend: auto picks gloo for every pair of ranks (ranks on "
                                "several hosts)");
     }
+    if (forced == "shm" && !one_host && report.job_lead()) {
+      report.problem("DPX_BACKEND=shm, but the ranks run on several hosts and shm joins ranks "
+                     "of one host only; unset DPX_BACKEND (auto picks gloo) or set it to gloo");
+    }
     if (one_host && forced != "gloo") {
       auto shm = dpx::new_process_group("shm", dpx::Store::prefix("check/shm", s.store), s.rank,
                                         s.world_size, pg);
