@@ -6,6 +6,7 @@
 
 #include "comm/backends.h"
 #include "comm/init_url.h"
+#include "comm/rendezvous_store.h"
 #include "comm/store/job_token.h"
 #include "dpx/comm/errors.h"
 #include "dpx/cuda.h"
@@ -160,5 +161,14 @@ std::shared_ptr<ProcessGroup> init_process_group(InitOptions opts) {
   pg.device = opts.device;
   return new_process_group(backend, std::move(store), r.rank, r.world_size, pg);
 }
+
+namespace detail {
+
+StoreAndRank rendezvous_store(const InitOptions& opts) {
+  Rendezvous r = rendezvous(opts);
+  return {std::move(r.store), r.rank, r.world_size};
+}
+
+}  // namespace detail
 
 }  // namespace dpx

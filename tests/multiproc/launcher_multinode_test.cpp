@@ -10,6 +10,7 @@
 #include <thread>
 
 #include "launcher_harness.h"
+#include "netns_hosts.h"
 
 namespace dpx::test {
 namespace {
@@ -178,52 +179,6 @@ TEST(LauncherMultiNode, KilledAgentIsDroppedAndTheSurvivorCarriesOn) {
   EXPECT_EQ(read_file(dir.path() + "/sum_0"), "3 2\n") << ra.output;
   EXPECT_EQ(read_file(dir.path() + "/sum_1"), "3 2\n");
 }
-
-// Two "hosts": network namespaces joined by a veth pair. Removed whatever happens.
-class TwoHosts {
- public:
-  TwoHosts() {
-    const std::string id = std::to_string(getpid() % 100000);
-    ns_a_ = "dpxa" + id;
-    ns_b_ = "dpxb" + id;
-    if_a_ = "dva" + id;
-    if_b_ = "dvb" + id;
-    ok_ = sh("ip netns add " + ns_a_) && sh("ip netns add " + ns_b_) &&
-          sh("ip link add " + if_a_ + " type veth peer name " + if_b_) &&
-          sh("ip link set " + if_a_ + " netns " + ns_a_) &&
-          sh("ip link set " + if_b_ + " netns " + ns_b_) &&
-          sh("ip -n " + ns_a_ + " addr add 10.213.0.1/24 dev " + if_a_) &&
-          sh("ip -n " + ns_b_ + " addr add 10.213.0.2/24 dev " + if_b_) &&
-          sh("ip -n " + ns_a_ + " link set " + if_a_ + " up") &&
-          sh("ip -n " + ns_b_ + " link set " + if_b_ + " up") &&
-          sh("ip -n " + ns_a_ + " link set lo up") && sh("ip -n " + ns_b_ + " link set lo up");
-  }
-  ~TwoHosts() {
-    sh("ip netns del " + ns_a_ + " 2>/dev/null");
-    sh("ip netns del " + ns_b_ + " 2>/dev/null");
-  }
-  static std::string why_not() {
-    if (geteuid() != 0) return "network namespaces need root";
-    if (std::system("ip -V >/dev/null 2>&1") != 0) return "the ip tool (iproute2) is missing";
-    return "";
-  }
-  bool ok() const { return ok_; }
-  std::vector<std::string> exec_a() const { return {"ip", "netns", "exec", ns_a_}; }
-  std::vector<std::string> exec_b() const { return {"ip", "netns", "exec", ns_b_}; }
-  LaunchOptions env_a() const { return gloo_if(if_a_); }
-  LaunchOptions env_b() const { return gloo_if(if_b_); }
-  bool cut() const { return sh("ip -n " + ns_a_ + " link set " + if_a_ + " down"); }
-
- private:
-  static bool sh(const std::string& c) { return std::system(c.c_str()) == 0; }
-  static LaunchOptions gloo_if(const std::string& ifname) {
-    LaunchOptions o;
-    o.set_env["GLOO_SOCKET_IFNAME"] = ifname;
-    return o;
-  }
-  std::string ns_a_, ns_b_, if_a_, if_b_;
-  bool ok_ = false;
-};
 
 TEST(LauncherNetns, TwoHostsAllreduceThenLinkCutEndsInAClearError) {
   if (auto why = TwoHosts::why_not(); !why.empty()) GTEST_SKIP() << why;

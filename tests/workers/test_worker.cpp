@@ -8,6 +8,8 @@
 //   allreduce DIR [SECONDS] gloo all-reduce of rank+1, write the sum to DIR; repeat SECONDS
 //                           (first attempt only)
 //   hang DIR                heartbeat for a moment, then stop beating and sleep
+//   train DIR               DDP on gloo, 20 SGD steps of a small MLP on per-rank data; rank 0
+//                           writes the parameters (exact hex floats) to DIR/params
 //   print                   one line on stdout and one on stderr
 #include <signal.h>
 #include <unistd.h>
@@ -87,6 +89,47 @@ int allreduce(const std::string& dir, double seconds) {
   return 0;
 }
 
+struct MlpImpl : torch::nn::Module {
+  MlpImpl() : a(register_module("a", torch::nn::Linear(8, 16))),
+              b(register_module("b", torch::nn::Linear(16, 1))) {}
+  torch::Tensor forward(torch::Tensor x) { return b(torch::relu(a(x))); }
+  torch::nn::Linear a, b;
+};
+TORCH_MODULE(Mlp);
+
+// The same job whatever the hosts: the result depends only on WORLD_SIZE (the gloo sum of two
+// ranks is exact in either order), so runs on one host and on several compare bit for bit.
+int train(const std::string& dir) {
+  dpx::InitOptions o;
+  o.backend = "gloo";
+  o.timeout = std::chrono::seconds(10);
+  auto pg = dpx::init_process_group(o);
+  torch::manual_seed(0);
+  Mlp net;
+  dpx::DistributedDataParallel ddp(net, pg);
+  torch::optim::SGD opt(ddp->parameters(), 0.1);
+  torch::manual_seed(100 + pg->rank());
+  for (int step = 0; step < 20; ++step) {
+    auto x = torch::randn({4, 8}), y = torch::randn({4, 1});
+    opt.zero_grad();
+    torch::mse_loss(ddp->forward(x), y).backward();
+    opt.step();
+  }
+  if (pg->rank() != 0) return 0;
+  std::ofstream out(dir + "/params.tmp");
+  for (const auto& p : net->parameters()) {
+    auto flat = p.detach().contiguous().view({-1});
+    for (int64_t i = 0; i < flat.numel(); ++i) {
+      char buf[32];
+      std::snprintf(buf, sizeof(buf), "%a\n", flat[i].item<float>());
+      out << buf;
+    }
+  }
+  out.close();
+  std::rename((dir + "/params.tmp").c_str(), (dir + "/params").c_str());
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -141,6 +184,9 @@ int main(int argc, char** argv) {
     }
     sleep_s(60);
     return 0;
+  }
+  if (mode == "train") {
+    return train(arg2);
   }
   if (mode == "print") {
     std::printf("hello from rank %s\n", var("RANK").c_str());

@@ -11,6 +11,8 @@
 #include <sstream>
 #include <thread>
 
+#include "slurm.h"
+
 namespace dpxrun {
 namespace {
 
@@ -216,6 +218,9 @@ const std::vector<Flag>& flags() {
          c.heartbeat_timeout = to_seconds("heartbeat-timeout", v);
        },
        "restart workers whose heartbeat stalls this long (default 0: off)"},
+      {"check", false, [](Config& c, const std::string& v) { c.check = to_bool("--check", v); },
+       "pre-flight check on every node instead of training: versions, backends, store and "
+       "rank reachability, shared memory, interfaces; PROGRAM is optional and not started"},
       {"exit_barrier_timeout", true,
        [](Config& c, const std::string& v) {
          c.exit_barrier_timeout = to_seconds("exit-barrier-timeout", v);
@@ -261,6 +266,13 @@ std::string random_id() {
   return s;
 }
 
+std::string self_path() {
+  char buf[4096];
+  const ssize_t n = ::readlink("/proc/self/exe", buf, sizeof(buf) - 1);
+  if (n <= 0) fail("--check: cannot find dpxrun's own executable (/proc/self/exe)");
+  return std::string(buf, static_cast<std::size_t>(n));
+}
+
 void finish(Config& c) {
   if (c.standalone) {
     c.rdzv_backend = "c10d";
@@ -284,6 +296,13 @@ void finish(Config& c) {
     }
   } else if (c.rdzv_host.empty()) {
     fail("--rdzv-backend c10d needs --rdzv-endpoint host[:port] (or use --standalone)");
+  }
+  if (c.check) {  // the workers are dpxrun itself (check.h); nothing to restart
+    c.program = {self_path()};
+    c.max_restarts = 0;
+    // A check is run with every node at once: a node or store missing after a minute is a
+    // finding, not something to wait the training default (600 s) for.
+    c.timeouts.join = std::min(c.timeouts.join, 60.0);
   }
   if (c.program.empty()) fail("no program given: dpxrun [flags] PROGRAM [ARGS...]");
 }
@@ -334,9 +353,14 @@ Config parse_config(const std::vector<std::string>& args) {
   } else if (!c.program.empty() && c.program.front().size() > 1 && c.program.front()[0] == '-') {
     fail("unknown flag '" + c.program.front() + "'");  // prefix_command() let it through
   }
+  std::set<std::string> given;
   for (const auto& [flag, option] : options) {
-    if (option->count() > 0) flag->apply(c, values[flag->name]);
+    if (option->count() > 0) {
+      flag->apply(c, values[flag->name]);
+      given.insert(flag->name);
+    }
   }
+  c.notice = apply_slurm(c, given);  // Note [srun dpxrun]
   finish(c);
   return c;
 }

@@ -46,7 +46,9 @@ struct Config {
   double stop_grace = 30;          // --stop-grace: SIGTERM, then SIGKILL after this
   double heartbeat_timeout = 0;    // --heartbeat-timeout: 0 = hung workers are not detected
   double exit_barrier_timeout = 300;
+  bool check = false;  // --check: a pre-flight run (check.h) instead of PROGRAM
   std::vector<std::string> program;  // PROGRAM and its arguments
+  std::string notice;  // what was derived from a Slurm step (Note [srun dpxrun]); "" if nothing
 
   bool is_static() const { return rdzv_backend == "static"; }
 };

@@ -4,10 +4,10 @@
 #include <cstring>
 
 #include "comm/consistency.h"
+#include "comm/gloo/device.h"
 #include "comm/gloo/translate.h"
 #include "comm/store/c10d_adapter.h"
 #include "dpx/comm/errors.h"
-#include "env_read.h"
 
 namespace dpx::detail {
 namespace {
@@ -22,19 +22,6 @@ c10d::ReduceOp to_c10d(ReduceOp op) {
     case ReduceOp::kProduct: return c10d::ReduceOp::PRODUCT;
   }
   TORCH_INTERNAL_ASSERT(false, "unknown ReduceOp");
-}
-
-// Which local address Gloo listens on. GLOO_SOCKET_IFNAME wins (as in PyTorch); a loopback
-// master means a single-host job; otherwise the address this host's name resolves to.
-std::shared_ptr<::gloo::transport::Device> make_device() {
-  if (auto ifname = env_string("GLOO_SOCKET_IFNAME")) {
-    return c10d::ProcessGroupGloo::createDeviceForInterface(*ifname);
-  }
-  const std::string addr = env_string("MASTER_ADDR").value_or("127.0.0.1");
-  if (addr == "localhost" || addr.rfind("127.", 0) == 0) {
-    return c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1");
-  }
-  return c10d::ProcessGroupGloo::createDefaultDevice();
 }
 
 class GlooWork : public Work {
@@ -70,7 +57,9 @@ GlooGroup::GlooGroup(const BackendArgs& args)
               "tensors only, not ", args.options.device);
   auto opts = c10d::ProcessGroupGloo::Options::create();
   opts->timeout = args.options.timeout;
-  opts->devices.push_back(make_device());
+  // Note [Listen where the master is reached] in comm/gloo/device.h.
+  const GlooListen listen = choose_gloo_listen(gloo_listen_inputs(store_.get()), where());
+  opts->devices.push_back(make_gloo_device(listen));
   check_settings_agree(*store_, rank(), size(), {{"backend", "gloo"}}, options().timeout, where());
   try {
     pg_ = c10::make_intrusive<c10d::ProcessGroupGloo>(c10d_store(store_), args.rank, args.size,

@@ -1,0 +1,91 @@
+#include "slurm_cluster.h"
+
+#include <unistd.h>
+
+#include <cstdlib>
+#include <fstream>
+#include <iterator>
+
+namespace dpx::test {
+namespace {
+
+using std::chrono::seconds;
+
+std::string sh_output(const std::string& command) {
+  std::string out;
+  if (FILE* p = popen(command.c_str(), "r")) {
+    char buf[256];
+    while (std::fgets(buf, sizeof(buf), p) != nullptr) out += buf;
+    pclose(p);
+  }
+  return out;
+}
+
+std::string slurp(const std::string& path) {
+  std::ifstream in(path);
+  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+}
+
+}  // namespace
+
+SlurmCluster::SlurmCluster() { why_not_ = start(); }
+
+std::string SlurmCluster::start() {
+  for (const char* tool : {"slurmctld", "slurmd", "srun", "sinfo"}) {
+    if (std::system(("command -v " + std::string(tool) + " >/dev/null 2>&1").c_str()) != 0) {
+      return std::string(tool) + " is missing (Debian's slurm-wlm; scripts/setup.sh installs it)";
+    }
+  }
+  if (geteuid() != 0) return "slurmd needs root";
+  char host[256] = {0};
+  gethostname(host, sizeof(host) - 1);
+  node_ = host;
+  const std::string d = dir_.path();
+  std::ofstream conf(d + "/slurm.conf");
+  conf << "ClusterName=dpxtest\nSlurmctldHost=" << node_ << "(127.0.0.1)\n"
+       << "AuthType=auth/none\nCredType=cred/none\n"
+       << "SlurmctldPort=" << free_tcp_port() << "\nSlurmdPort=" << free_tcp_port() << "\n"
+       << "StateSaveLocation=" << d << "/state\nSlurmdSpoolDir=" << d << "/spool\n"
+       << "SlurmctldPidFile=" << d << "/slurmctld.pid\nSlurmdPidFile=" << d << "/slurmd.pid\n"
+       << "SlurmctldLogFile=" << d << "/slurmctld.log\nSlurmdLogFile=" << d << "/slurmd.log\n"
+       << "ProctrackType=proctrack/pgid\nTaskPlugin=task/none\nSelectType=select/linear\n"
+       << "MpiDefault=none\nReturnToService=2\nSlurmUser=root\nSlurmdUser=root\n"
+       << "JobAcctGatherType=jobacct_gather/none\n"
+       << "AccountingStorageType=accounting_storage/none\n"
+       // More CPUs than the machine has, so that a few small ranks fit on a small runner.
+       << "SlurmdParameters=config_overrides\n"
+       << "NodeName=" << node_ << " NodeAddr=127.0.0.1 CPUs=8 State=UNKNOWN\n"
+       << "PartitionName=debug Nodes=" << node_ << " Default=YES MaxTime=60 State=UP\n";
+  conf.close();
+  std::system(("mkdir -p " + d + "/state " + d + "/spool").c_str());
+  LaunchOptions o = env();
+  ctld_ = std::make_unique<Launch>(
+      std::vector<std::string>{"slurmctld", "-D", "-i", "-f", d + "/slurm.conf"}, o);
+  slurmd_ = std::make_unique<Launch>(
+      std::vector<std::string>{"slurmd", "-D", "-N", node_, "-f", d + "/slurm.conf"}, o);
+  const std::string sinfo = "SLURM_CONF=" + d + "/slurm.conf sinfo -h -o %t 2>/dev/null";
+  if (wait_until([&] { return sh_output(sinfo) == "idle\n"; }, seconds(30))) return "";
+  return "the private Slurm cluster did not come up within 30 s (sinfo: '" + sh_output(sinfo) +
+         "')\n--- slurmctld:\n" + ctld_->output_so_far() + slurp(d + "/slurmctld.log") +
+         "\n--- slurmd:\n" + slurmd_->output_so_far() + slurp(d + "/slurmd.log");
+}
+
+SlurmCluster::~SlurmCluster() {
+  if (ctld_ != nullptr && why_not_.empty()) {
+    // Jobs first, so that no task outlives the test; scancel returns once they are signalled.
+    std::system(("SLURM_CONF=" + dir_.path() + "/slurm.conf timeout 10 scancel --full "
+                 "--user=root >/dev/null 2>&1").c_str());
+  }
+  slurmd_.reset();  // SIGKILL to each daemon's process group
+  ctld_.reset();
+}
+
+LaunchOptions SlurmCluster::env() const {
+  LaunchOptions o;
+  o.set_env["SLURM_CONF"] = dir_.path() + "/slurm.conf";
+  o.unset_env.insert(o.unset_env.end(), {"RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE",
+                                         "MASTER_ADDR", "MASTER_PORT", "GROUP_RANK"});
+  return o;
+}
+
+}  // namespace dpx::test
