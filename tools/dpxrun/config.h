@@ -46,6 +46,8 @@ struct Config {
   double stop_grace = 30;          // --stop-grace: SIGTERM, then SIGKILL after this
   double heartbeat_timeout = 0;    // --heartbeat-timeout: 0 = hung workers are not detected
   double exit_barrier_timeout = 300;
+  std::string timeline;            // --timeline FILE: the merged Chrome trace of the run
+  std::string report_dir;          // set by prepare_reports(): where workers leave step reports
   std::vector<std::string> program;  // PROGRAM and its arguments
 
   bool is_static() const { return rdzv_backend == "static"; }

@@ -4,6 +4,7 @@
 
 #include "agent.h"
 #include "config.h"
+#include "report.h"
 
 int main(int argc, char** argv) {
   dpxrun::Config config;
@@ -18,8 +19,11 @@ int main(int argc, char** argv) {
   }
   try {
     dpxrun::install_signal_handlers();
+    dpxrun::prepare_reports(config);
     dpxrun::Agent agent(config);
-    return agent.run();
+    const int rc = agent.run();
+    dpxrun::finish_reports(config);
+    return rc;
   } catch (const dpxrun::UsageError& e) {
     std::fprintf(stderr, "dpxrun: error: %s\n", e.what());
     return 2;
