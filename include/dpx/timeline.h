@@ -35,6 +35,10 @@ bool start_from_env(int rank);
 // the offset in microseconds added to this rank's times.
 double align_clock(Store& store, int rank, int world_size);
 
+// Stops recording and drops the events recorded so far; nothing is written at exit (call write()
+// first to keep them).
+void stop();
+
 // Writes this rank's events so far to its file (replacing it); returns the path written.
 std::string write();
 

@@ -79,6 +79,16 @@ void start(const std::string& path, int rank) {
   g_enabled.store(true, std::memory_order_relaxed);
 }
 
+void stop() {
+  g_enabled.store(false, std::memory_order_relaxed);
+  auto& r = detail::Recorder::get();
+  std::lock_guard<std::mutex> lock(r.mutex_);
+  r.events_.clear();
+  r.events_.shrink_to_fit();
+  r.dropped_ = 0;
+  r.path_.clear();  // write(), and so the exit handler, writes nothing
+}
+
 bool start_from_env(int rank) {
   if (auto path = dpx::detail::env_string("DPX_TIMELINE")) start(*path, rank);
   return enabled();
