@@ -115,6 +115,38 @@ Row measure(ProcessGroup& pg, std::int64_t bytes, const AllreduceArgs& a) {
   return row;
 }
 
+// Note [Ring fit]: the ring model of an all-reduce of S bytes on p ranks is
+// t = 2(p-1) alpha + 2(p-1)/p S / beta (docs/scaling.md). alpha is read off the small sizes
+// (the fastest of those up to 4 KiB, where bandwidth does not count), beta off the large ones
+// (the median of 2(p-1)/p S / (t - 2(p-1) alpha) over sizes from 1 MiB): one straight line
+// through all sizes would let the mid sizes that fit in the caches decide the bandwidth. With
+// one rank, or without both kinds of sizes in the sweep, there is nothing to fit.
+struct RingFit {
+  double alpha_us = 0;
+  double beta_gbps = 0;
+};
+
+RingFit fit_ring(const std::vector<Row>& rows, int p) {
+  if (p < 2) return {};
+  const double steps = 2.0 * (p - 1);
+  double t_small = 0;
+  std::vector<double> betas;
+  for (const auto& r : rows) {
+    if (r.bytes <= 4096 && (t_small == 0 || r.us < t_small)) t_small = r.us;
+  }
+  const double alpha = t_small / steps;
+  for (const auto& r : rows) {
+    const double transfer_us = r.us - steps * alpha;
+    if (r.bytes >= (1 << 20) && transfer_us > 0) {
+      betas.push_back(steps / p * static_cast<double>(r.bytes) / transfer_us / 1e3);  // GB/s
+    }
+  }
+  if (t_small == 0 || betas.empty()) return {};
+  std::sort(betas.begin(), betas.end());
+  const auto n = betas.size();
+  return {alpha, n % 2 ? betas[n / 2] : (betas[n / 2 - 1] + betas[n / 2]) / 2};
+}
+
 int run(const AllreduceArgs& a) {
   TORCH_CHECK(a.max_bytes >= a.min_bytes && a.max_bytes <= (1LL << 40), "--max-bytes (",
               a.max_bytes, ") must be from --min-bytes (", a.min_bytes, ") to 1 TiB");
@@ -131,9 +163,11 @@ int run(const AllreduceArgs& a) {
   }
   bool all_ok = true;
   auto rows = nlohmann::ordered_json::array();
+  std::vector<Row> measured;
   for (std::int64_t bytes = a.min_bytes; bytes <= a.max_bytes; bytes *= 2) {
     const Row r = measure(*pg, bytes, a);
     all_ok = all_ok && r.ok;
+    measured.push_back(r);
     if (!print) continue;
     if (a.json) {
       rows.push_back({{"bytes", r.bytes}, {"iters", r.iters}, {"time_us", r.us},
@@ -144,11 +178,18 @@ int run(const AllreduceArgs& a) {
       std::fflush(stdout);
     }
   }
+  const RingFit fit = fit_ring(measured, pg->size());
+  if (print && !a.json && fit.beta_gbps > 0) {
+    std::printf("# ring fit (Note [Ring fit]): alpha %.2f us per step, beta %.3f GB/s\n",
+                fit.alpha_us, fit.beta_gbps);
+  }
   if (print && a.json) {
     const nlohmann::ordered_json doc = {{"benchmark", "allreduce"}, {"backend", pg->backend()},
                                         {"device", pg->options().device.str()},
                                         {"world_size", pg->size()}, {"dtype", "float32"},
-                                        {"op", "sum"}, {"results", rows}};
+                                        {"op", "sum"}, {"results", rows},
+                                        {"ring_fit", {{"alpha_us", fit.alpha_us},
+                                                      {"beta_gbps", fit.beta_gbps}}}};
     std::printf("%s\n", doc.dump(2).c_str());
   }
   pg->barrier()->wait();

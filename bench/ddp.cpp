@@ -37,6 +37,7 @@ struct Args {
   // empty: all (plain, plain-retain, pair, pair-retain, ddp1, ddp2, ddp2-view, manual,
   // manual-retain, python, python-retain)
   std::vector<std::string> configs;
+  std::string timeline;  // --timeline PREFIX: ddp2-timeline writes PREFIX.<model>.rank<R>.json
 };
 
 // The "-retain" configurations keep freed memory in the process as dpx DDP does by default: the
@@ -44,7 +45,8 @@ struct Args {
 // src/memory/cpu_block_cache.h), Python through glibc's tunables. The others run LibTorch's
 // and glibc's defaults.
 enum class Mode {
-  kPlain, kPlainRetain, kPlainPair, kPlainPairRetain, kDdp1, kDdp2, kDdp2View, kManual2,
+  kPlain, kPlainRetain, kPlainPair, kPlainPairRetain, kDdp1, kDdp2, kDdp2View, kDdp2Timeline,
+  kManual2,
   kManual2Retain,
   kPython2, kPython2Retain
 };
@@ -58,6 +60,7 @@ const char* name_of(Mode m) {
     case Mode::kDdp1: return "dpx DDP, 1 rank";
     case Mode::kDdp2: return "dpx DDP, 2 ranks";
     case Mode::kDdp2View: return "dpx DDP, 2 ranks, gradient_as_bucket_view";
+    case Mode::kDdp2Timeline: return "dpx DDP, 2 ranks, timeline on";
     case Mode::kManual2: return "hand-written all-reduce loop, 2 ranks";
     case Mode::kManual2Retain: return "hand-written all-reduce loop, 2 ranks, retained memory";
     case Mode::kPython2: return "Python DDP (gloo), 2 ranks";
@@ -81,7 +84,9 @@ bool applies_retain(Mode m) {
 constexpr const char* kRetainTunables =
     "glibc.malloc.mmap_max=0:glibc.malloc.trim_threshold=2147483647";
 
-bool is_ddp(Mode m) { return m == Mode::kDdp1 || m == Mode::kDdp2 || m == Mode::kDdp2View; }
+bool is_ddp(Mode m) {
+  return m == Mode::kDdp1 || m == Mode::kDdp2 || m == Mode::kDdp2View || m == Mode::kDdp2Timeline;
+}
 bool communicates(Mode m) { return is_ddp(m) || is_manual(m); }
 
 struct Sample {
@@ -128,6 +133,11 @@ void train(Model model, const Args& a, Mode mode, const std::string& model_name,
     po.device = device;
     pg = new_process_group(a.backend, Store::tcp(so), rank, world, po);
   }
+  // Ranks of one host share the steady clock: no alignment needed. The file is written after
+  // the timed steps, and only when asked (--timeline).
+  if (mode == Mode::kDdp2Timeline) {
+    timeline::start(a.timeline.empty() ? out + ".trace" : a.timeline + "." + model_name, rank);
+  }
   auto x = torch::randn({a.batch, 1, 28, 28}).to(device);
   auto y = torch::randint(10, {a.batch}).to(device);
   // The clock reads what the GPU has finished, not what was queued.
@@ -151,6 +161,7 @@ void train(Model model, const Args& a, Mode mode, const std::string& model_name,
         p.mutable_grad().div_(world);
       }
     }
+    timeline::Scope scope("optimizer.step");  // as the example does; free while off
     opt.step();
   };
   for (int i = 0; i < a.warmup; ++i) step();
@@ -174,6 +185,7 @@ void train(Model model, const Args& a, Mode mode, const std::string& model_name,
     exposed = (s1.avg_exposed_comm_ms * n1 - stats0.avg_exposed_comm_ms * n0) / (n1 - n0);
   }
   if (pg) pg->barrier()->wait();
+  if (mode == Mode::kDdp2Timeline && !a.timeline.empty()) timeline::write();
   std::ofstream(out) << secs << " " << cpu << " " << faults << " " << comm << " " << exposed
                      << "\n";
 }
@@ -321,6 +333,7 @@ const char* key_of(Mode m) {
     case Mode::kDdp1: return "ddp1";
     case Mode::kDdp2: return "ddp2";
     case Mode::kDdp2View: return "ddp2-view";
+    case Mode::kDdp2Timeline: return "ddp2-timeline";
     case Mode::kManual2: return "manual";
     case Mode::kManual2Retain: return "manual-retain";
     case Mode::kPython2: return "python";
@@ -352,12 +365,15 @@ void add_flags(CLI::App& app, Args& a) {
   app.add_option("--models", a.models, "cnn,mlp (default both)")
       ->delimiter(',')
       ->check(CLI::IsMember({"cnn", "mlp"}));
+  app.add_option("--timeline", a.timeline,
+                 "ddp2-timeline writes its ranks' timelines to PREFIX.<model>.rank<R>.json");
   app.add_option("--configs", a.configs,
-                 "a subset of plain,plain-retain,pair,pair-retain,ddp1,ddp2,ddp2-view,manual,"
+                 "a subset of plain,plain-retain,pair,pair-retain,ddp1,ddp2,ddp2-view,"
+                 "ddp2-timeline,manual,"
                  "manual-retain,python,python-retain (default all)")
       ->delimiter(',')
       ->check(CLI::IsMember({"plain", "plain-retain", "pair", "pair-retain", "ddp1", "ddp2",
-                             "ddp2-view", "manual", "manual-retain", "python",
+                             "ddp2-view", "ddp2-timeline", "manual", "manual-retain", "python",
                              "python-retain"}));
 }
 
@@ -410,6 +426,7 @@ void report(const Args& a, const std::string& model, const std::vector<Mode>& mo
   line("dpx DDP 2 ranks / hand-written loop, retained memory", Mode::kDdp2, Mode::kManual2Retain);
   line("dpx DDP 2 ranks, gradient_as_bucket_view / hand-written loop, retained memory",
        Mode::kDdp2View, Mode::kManual2Retain);
+  line("dpx DDP 2 ranks, timeline on / off", Mode::kDdp2Timeline, Mode::kDdp2);
   line("dpx DDP 2 ranks / Python DDP", Mode::kDdp2, Mode::kPython2);
   line("dpx DDP 2 ranks / Python DDP, glibc keeping freed memory", Mode::kDdp2,
        Mode::kPython2Retain);
@@ -423,7 +440,7 @@ int run_ddp_bench(const Args& a, const std::vector<std::string>& argv) {
   const std::string dir = ::mkdtemp(dir_template);
   std::vector<Mode> modes = {Mode::kPlain, Mode::kPlainRetain, Mode::kPlainPair,
                              Mode::kPlainPairRetain, Mode::kDdp1, Mode::kDdp2, Mode::kDdp2View,
-                             Mode::kManual2,
+                             Mode::kDdp2Timeline, Mode::kManual2,
                              Mode::kManual2Retain};
   if (a.python) {
     if (std::system(DPX_PYTHON " -c 'import torch.distributed' >/dev/null 2>&1") == 0) {

@@ -29,6 +29,7 @@ struct Flags {
   int64_t max_steps = -1;    // stop once this many steps were taken in total (smoke tests)
   int64_t train_limit = -1;  // use only the first N training and N/6 test images (smoke tests)
   std::string device = "cpu";  // or "cuda": GPU LOCAL_RANK (one per worker)
+  int64_t report_every = 100;  // steps between DDP step reports in the metrics file
 };
 
 // Checks with messages that say what was expected (CLI11's own number checks print the range up
@@ -69,6 +70,8 @@ void add_flags(CLI::App& app, Flags& f) {
       ->check(integer_at_least(-1));
   app.add_option("--device", f.device, "cpu (default) or cuda: GPU LOCAL_RANK, one per worker")
       ->check(CLI::IsMember({"cpu", "cuda"}));
+  app.add_option("--report-every", f.report_every, "steps between DDP step reports (metrics)")
+      ->check(integer_at_least(1));
 }
 
 // One line per record, as scripts/plot_metrics.sh reads them.
@@ -188,7 +191,10 @@ int run(const Flags& flags) {
       auto loss = torch::nn::functional::cross_entropy(ddp->forward(batch.data.to(device)),
                                                        batch.target.to(device));
       loss.backward();
-      optimizer.step();
+      {
+        dpx::timeline::Scope scope("optimizer.step");  // on the timeline (docs/timeline.md)
+        optimizer.step();
+      }
       seen += batch.data.size(0);
       loss_sum += loss.item<double>();
       ++steps, ++progress.step;
@@ -199,6 +205,10 @@ int run(const Flags& flags) {
         append_metrics(metrics, {{"type", "train"}, {"epoch", epoch + 1}, {"step", progress.step},
                                  {"loss", loss_sum / steps}, {"samples_per_s", rate},
                                  {"elapsed_s", seconds()}});
+      }
+      if (lead && progress.step % flags.report_every == 0) {
+        const auto stats = nlohmann::ordered_json::parse(dpx::to_json(ddp->stats()));
+        append_metrics(metrics, {{"type", "ddp"}, {"step", progress.step}, {"stats", stats}});
       }
       if (progress.step % flags.checkpoint_every == 0) {
         checkpointer.save(*net, optimizer, {epoch, progress.step, seen});

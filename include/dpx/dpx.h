@@ -18,3 +18,4 @@
 #include "dpx/launch/spawn.h"
 #include "dpx/memory_policy.h"
 #include "dpx/parallel/parallel.h"
+#include "dpx/timeline.h"

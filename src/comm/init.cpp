@@ -11,6 +11,7 @@
 #include "dpx/comm/errors.h"
 #include "dpx/cuda.h"
 #include "dpx/env.h"
+#include "dpx/timeline.h"
 #include "env_read.h"
 
 namespace dpx {
@@ -144,11 +145,17 @@ std::shared_ptr<ProcessGroup> new_process_group(const std::string& backend,
   TORCH_CHECK(store != nullptr, "new_process_group: the store is null");
   check_rank(rank, size);
   const std::string b = pick_backend(backend);
-  detail::BackendArgs args{std::move(store), rank, size, options};
+  detail::BackendArgs args{store, rank, size, options};
   args.options.device = cuda::local_device(args.options.device);  // "cuda": LOCAL_RANK's GPU
-  if (!args.options.device.is_cpu() || b == "nccl") return detail::make_device_group(b, args);
-  const bool shm = b == "shm" || (b == "auto" && detail::all_ranks_on_one_host(args));
-  return shm ? detail::make_shm_group(args) : detail::make_gloo_group(args);
+  std::shared_ptr<ProcessGroup> group;
+  if (!args.options.device.is_cpu() || b == "nccl") {
+    group = detail::make_device_group(b, args);
+  } else {
+    const bool shm = b == "shm" || (b == "auto" && detail::all_ranks_on_one_host(args));
+    group = shm ? detail::make_shm_group(args) : detail::make_gloo_group(args);
+  }
+  group->start_stall_inspector(std::move(store));
+  return group;
 }
 
 std::shared_ptr<ProcessGroup> init_process_group(InitOptions opts) {
@@ -159,7 +166,10 @@ std::shared_ptr<ProcessGroup> init_process_group(InitOptions opts) {
   ProcessGroup::Options pg;
   pg.timeout = opts.timeout;
   pg.device = opts.device;
-  return new_process_group(backend, std::move(store), r.rank, r.world_size, pg);
+  auto group = new_process_group(backend, store, r.rank, r.world_size, pg);
+  // Note [Timeline clocks] in src/timeline/clock.cpp: every rank of the group takes part.
+  if (timeline::start_from_env(r.rank)) timeline::align_clock(*store, r.rank, r.world_size);
+  return group;
 }
 
 namespace detail {

@@ -2,10 +2,15 @@
 
 #include <c10/util/Exception.h>
 
+#include <utility>
+
+#include "comm/stall_inspector.h"
 #include "dpx/comm/errors.h"
 
 namespace dpx {
 namespace {
+
+thread_local std::shared_ptr<const std::string> t_label;
 
 bool supported_dtype(at::ScalarType t) {
   switch (t) {
@@ -30,6 +35,28 @@ ProcessGroup::ProcessGroup(int rank, int size, Options options)
               "; ranks go from 0 to world_size - 1");
 }
 
+ProcessGroup::~ProcessGroup() = default;
+
+CollectiveLabel::CollectiveLabel(std::shared_ptr<const std::string> label)
+    : previous_(std::exchange(t_label, std::move(label))) {}
+
+CollectiveLabel::~CollectiveLabel() { t_label = std::move(previous_); }
+
+void ProcessGroup::start_stall_inspector(std::shared_ptr<Store> store) {
+  const auto threshold = detail::stall_threshold(options_.stall_threshold);
+  if (size_ == 1 || threshold.count() == 0 || inspector_) return;
+  inspector_ = std::make_unique<detail::StallInspector>(std::move(store), rank_, size_, where_,
+                                                        threshold, options_.timeout);
+}
+
+// Note [Stall inspector] step 1, for every backend.
+std::shared_ptr<Work> ProcessGroup::track(const char* op, const at::Tensor& t,
+                                          std::shared_ptr<Work> work) {
+  const auto seq = seq_.fetch_add(1, std::memory_order_relaxed) + 1;
+  if (inspector_) inspector_->issued(seq, op, t, t_label, work);
+  return work;
+}
+
 void ProcessGroup::unsupported(const std::string& what) const {
   TORCH_CHECK(false, where(), "backend ", backend(), " does not support ", what);
 }
@@ -52,14 +79,14 @@ std::shared_ptr<Work> ProcessGroup::allreduce(at::Tensor& tensor, AllreduceOptio
   TORCH_CHECK(opts.op != ReduceOp::kAvg || at::isFloatingType(tensor.scalar_type()), where(),
               "allreduce: ReduceOp avg needs a floating-point tensor, got ",
               tensor.scalar_type(), "; use sum and divide yourself");
-  return do_allreduce(tensor, opts);
+  return track("allreduce", tensor, do_allreduce(tensor, opts));
 }
 
 std::shared_ptr<Work> ProcessGroup::broadcast(at::Tensor& tensor, BroadcastOptions opts) {
   check_tensor(tensor, "broadcast", "tensor");
   TORCH_CHECK(opts.root >= 0 && opts.root < size_, where(), "broadcast: root ", opts.root,
               " is out of range for world_size ", size_);
-  return do_broadcast(tensor, opts);
+  return track("broadcast", tensor, do_broadcast(tensor, opts));
 }
 
 std::shared_ptr<Work> ProcessGroup::allgather(at::Tensor& output, const at::Tensor& input) {
@@ -71,7 +98,7 @@ std::shared_ptr<Work> ProcessGroup::allgather(at::Tensor& output, const at::Tens
   TORCH_CHECK(output.numel() == input.numel() * size_, where(), "allgather: output has ",
               output.numel(), " elements but needs world_size (", size_, ") x input (",
               input.numel(), ") = ", input.numel() * size_);
-  return do_allgather(output, input);
+  return track("allgather", input, do_allgather(output, input));
 }
 
 std::shared_ptr<Work> ProcessGroup::reduce_scatter(at::Tensor& output, const at::Tensor& input,
@@ -87,9 +114,9 @@ std::shared_ptr<Work> ProcessGroup::reduce_scatter(at::Tensor& output, const at:
   TORCH_CHECK(opts.op != ReduceOp::kAvg || at::isFloatingType(input.scalar_type()), where(),
               "reduce_scatter: ReduceOp avg needs a floating-point tensor, got ",
               input.scalar_type());
-  return do_reduce_scatter(output, input, opts);
+  return track("reduce_scatter", input, do_reduce_scatter(output, input, opts));
 }
 
-std::shared_ptr<Work> ProcessGroup::barrier() { return do_barrier(); }
+std::shared_ptr<Work> ProcessGroup::barrier() { return track("barrier", {}, do_barrier()); }
 
 }  // namespace dpx

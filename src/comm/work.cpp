@@ -30,11 +30,17 @@ std::exception_ptr CompletionWork::exception() {
   return error_;
 }
 
+std::chrono::steady_clock::time_point CompletionWork::finished_at() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return finished_at_;
+}
+
 void CompletionWork::complete(std::exception_ptr error) {
   {
     std::lock_guard<std::mutex> lock(mutex_);
     done_ = true;
     error_ = std::move(error);
+    finished_at_ = std::chrono::steady_clock::now();
   }
   done_cv_.notify_all();
 }

@@ -8,6 +8,7 @@
 #include "dpx/env.h"
 #include "dpx/parallel/bucket_assignment.h"
 #include "parallel/control.h"
+#include "dpx/timeline.h"
 #include "parallel/model_sync.h"
 #include "parallel/reducer.h"
 
@@ -112,9 +113,10 @@ void DdpBase::pre_forward() {
 void DdpBase::post_forward(const std::vector<at::Tensor>& outputs) {
   if (!forward_synced_) return;
   reducer_->prepare_for_backward(outputs);
-  reducer_->add_forward_time(std::chrono::duration<double, std::milli>(
-                                 std::chrono::steady_clock::now() - forward_start_)
+  const auto end = std::chrono::steady_clock::now();
+  reducer_->add_forward_time(std::chrono::duration<double, std::milli>(end - forward_start_)
                                  .count());
+  timeline::record("forward", "ddp", forward_start_, end);
 }
 
 void DdpBase::register_comm_hook(std::any state, CommHook hook) {

@@ -71,7 +71,10 @@ class Reducer {
   bool rebuild_due() const;
 
   DdpStats stats() const;
-  void add_forward_time(double ms) { forward_ms_total_ += ms; }
+  void add_forward_time(double ms) {
+    forward_ms_total_ += ms;
+    last_.forward_ms = ms;
+  }
 
  private:
   struct Bucket {
@@ -80,6 +83,10 @@ class Reducer {
     std::vector<at::Tensor> views;     // of `buffer`, shaped like the variables
     std::size_t pending = 0;           // variables not yet ready in this iteration
     std::shared_ptr<Future> future;
+    // "DDP bucket b/n: names" (stall inspector) and its JSON args (timeline).
+    std::shared_ptr<const std::string> label, trace_args;
+    std::shared_ptr<Work> work;        // the all-reduce without a comm hook (timeline: its end)
+    std::chrono::steady_clock::time_point launched;
   };
   struct Locator {
     std::size_t bucket = 0;
@@ -105,6 +112,10 @@ class Reducer {
   bool reduces_used_map() const;
   bool passthrough() const;
   std::string names_of(const std::vector<std::size_t>& indices) const;
+  void describe_bucket(std::size_t b);
+  DdpStats stats_locked() const;
+  void write_report() const;
+  void record_step(Clock::time_point wait_start, Clock::time_point end);
 
   std::vector<at::Tensor> params_;
   std::vector<std::string> names_;
@@ -139,7 +150,12 @@ class Reducer {
 
   Clock::time_point forward_end_, first_launch_, last_ready_;
   double backward_ms_total_ = 0, comm_ms_total_ = 0, exposed_ms_total_ = 0;
-  double forward_ms_total_ = 0;
+  double forward_ms_total_ = 0, overlap_ms_total_ = 0;
+  DdpStats last_;  // the last iteration's times and unused parameters
+  // Note [Step report]: with DPX_STEP_REPORT_DIR set (dpxrun sets it), the statistics are
+  // written to <dir>/rank<R>.json every DPX_STEP_REPORT_EVERY iterations and at the end.
+  std::string report_dir_;
+  std::int64_t report_every_ = 100;
   mutable std::mutex mutex_;
 };
 

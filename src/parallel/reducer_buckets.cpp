@@ -9,9 +9,14 @@
 
 #include <algorithm>
 #include <c10/util/strides.h>
+#include <cstdio>
+#include <fstream>
+
+#include <nlohmann/json.hpp>
 
 #include "dpx/parallel/bucket_assignment.h"
 #include "parallel/control.h"
+#include "env_read.h"
 
 namespace dpx::detail {
 namespace {
@@ -53,9 +58,19 @@ Reducer::Reducer(std::vector<at::Tensor> params, std::vector<std::string> names,
   std::reverse(assignment.buckets.begin(), assignment.buckets.end());
   initialize_buckets(assignment.buckets);
   install_hooks();
+  if (auto dir = env_string("DPX_STEP_REPORT_DIR")) report_dir_ = *dir;
+  report_every_ = env_int("DPX_STEP_REPORT_EVERY", 1).value_or(report_every_);
 }
 
 Reducer::~Reducer() {
+  if (!report_dir_.empty() && iterations_ > 0) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    try {
+      write_report();
+    } catch (const std::exception&) {
+      // A destructor must not throw; the report is a convenience.
+    }
+  }
   for (std::size_t i = 0; i < accumulators_.size(); ++i) {
     accumulators_[i]->del_post_hook(hook_keys_[i]);
   }
@@ -102,7 +117,31 @@ void Reducer::initialize_buckets(const std::vector<std::vector<std::size_t>>& as
       }
     }
   }
+  for (std::size_t b = 0; b < buckets_.size(); ++b) describe_bucket(b);
   reset_iteration();
+}
+
+// What the stall inspector and the timeline say about a bucket. The log line names at most
+// kNamed parameters (a bucket of a large model holds hundreds); the timeline keeps them all.
+void Reducer::describe_bucket(std::size_t b) {
+  constexpr std::size_t kNamed = 8;
+  auto& bucket = buckets_[b];
+  const auto bytes = bucket.buffer.numel() * bucket.buffer.element_size();
+  std::string names;
+  nlohmann::json params = nlohmann::json::array();
+  for (std::size_t i = 0; i < bucket.variables.size(); ++i) {
+    const auto& name = names_[bucket.variables[i]];
+    params.push_back(name);
+    if (i < kNamed) names += (i ? ", " : "") + name;
+  }
+  if (bucket.variables.size() > kNamed) {
+    names += " and " + std::to_string(bucket.variables.size() - kNamed) + " more";
+  }
+  bucket.label = std::make_shared<const std::string>(
+      "DDP bucket " + std::to_string(b) + " of " + std::to_string(buckets_.size()) + ", " +
+      std::to_string(bytes) + " bytes: " + names);
+  nlohmann::json args = {{"bucket", b}, {"bytes", bytes}, {"params", std::move(params)}};
+  bucket.trace_args = std::make_shared<const std::string>(args.dump());
 }
 
 bool Reducer::rebuild_due() const {
@@ -150,7 +189,13 @@ void Reducer::register_comm_hook(std::any state, CommHook hook) {
 
 DdpStats Reducer::stats() const {
   std::lock_guard<std::mutex> lock(mutex_);
-  DdpStats s;
+  return stats_locked();
+}
+
+DdpStats Reducer::stats_locked() const {
+  DdpStats s = last_;
+  s.bucket_sizes_bytes.clear();
+  s.bucket_num_parameters.clear();
   for (const auto& bucket : buckets_) {
     s.bucket_sizes_bytes.push_back(bucket.buffer.numel() * bucket.buffer.element_size());
     s.bucket_num_parameters.push_back(bucket.variables.size());
@@ -163,8 +208,35 @@ DdpStats Reducer::stats() const {
     s.avg_backward_compute_ms = backward_ms_total_ / n;
     s.avg_backward_comm_ms = comm_ms_total_ / n;
     s.avg_exposed_comm_ms = exposed_ms_total_ / n;
+    s.avg_overlap_ms = overlap_ms_total_ / n;
   }
+  s.rank = pg_->rank();
+  s.world_size = pg_->size();
+  s.backend = pg_->backend();
+  s.num_parameter_tensors = static_cast<std::int64_t>(params_.size());
+  s.total_parameter_size_bytes = 0;
+  for (const auto& p : params_) s.total_parameter_size_bytes += p.numel() * p.element_size();
+  s.bucket_cap_bytes = static_cast<std::int64_t>(options_.bucket_bytes);
+  s.find_unused_parameters = options_.find_unused_parameters;
+  s.gradient_as_bucket_view = options_.gradient_as_bucket_view;
+  s.static_graph = options_.static_graph;
+  s.comm_hook = has_hook_;
   return s;
+}
+
+// Note [Step report]. A report that cannot be written is a warning: training goes on.
+void Reducer::write_report() const {
+  const std::string path = report_dir_ + "/rank" + std::to_string(pg_->rank()) + ".json";
+  const std::string tmp = path + ".tmp";
+  {
+    std::ofstream out(tmp);
+    out << to_json(stats_locked()) << "\n";
+    if (!out.good()) {
+      TORCH_WARN_ONCE(pg_->where(), "cannot write the step report ", tmp);
+      return;
+    }
+  }
+  std::rename(tmp.c_str(), path.c_str());
 }
 
 }  // namespace dpx::detail

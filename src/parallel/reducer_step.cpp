@@ -11,6 +11,7 @@
 
 #include "dpx/comm/errors.h"
 #include "parallel/control.h"
+#include "dpx/timeline.h"
 
 namespace dpx::detail {
 namespace {
@@ -32,6 +33,7 @@ void Reducer::reset_iteration() {
   for (auto& bucket : buckets_) {
     bucket.pending = bucket.variables.size();
     bucket.future.reset();
+    bucket.work.reset();
   }
   std::fill(hook_count_.begin(), hook_count_.end(), 0);
   std::fill(marked_.begin(), marked_.end(), 0);
@@ -200,8 +202,10 @@ void Reducer::launch_ready_buckets() {
 }
 
 void Reducer::launch_bucket(std::size_t b) {
-  if (b == 0) first_launch_ = Clock::now();
   auto& bucket = buckets_[b];
+  bucket.launched = Clock::now();
+  if (b == 0) first_launch_ = bucket.launched;
+  const CollectiveLabel label(bucket.label);  // Note [Stall inspector]
   if (has_hook_) {
     GradBucket gb;
     gb.index = b;
@@ -215,7 +219,8 @@ void Reducer::launch_bucket(std::size_t b) {
   } else if (pg_->size() == 1) {
     bucket.future = Future::ready(bucket.buffer);  // the sum over one rank is the buffer itself
   } else {
-    bucket.future = Future::from_work(pg_->allreduce(bucket.buffer), bucket.buffer);
+    bucket.work = pg_->allreduce(bucket.buffer);
+    bucket.future = Future::from_work(bucket.work, bucket.buffer);
   }
 }
 
@@ -259,14 +264,40 @@ void Reducer::finalize_backward() {
     for (std::size_t b = 0; b < buckets_.size(); ++b) write_results(b);
   }
   const auto end = Clock::now();
-  backward_ms_total_ += ms_between(forward_end_, last_ready_);
-  comm_ms_total_ += ms_between(first_launch_, end);
-  exposed_ms_total_ += ms_between(std::max(wait_start, last_ready_), end);
+  if (timeline::enabled()) record_step(wait_start, end);
+  for (auto& bucket : buckets_) bucket.work.reset();
+  last_.backward_compute_ms = ms_between(forward_end_, last_ready_);
+  last_.backward_comm_ms = ms_between(first_launch_, end);
+  last_.exposed_comm_ms = ms_between(std::max(wait_start, last_ready_), end);
+  last_.overlap_ms = std::max(0.0, ms_between(first_launch_, last_ready_));
+  last_.unused_parameters = static_cast<std::int64_t>(unused_.size());
+  last_.unused_parameter_bytes = 0;
+  for (auto u : unused_) {
+    last_.unused_parameter_bytes += params_[u].numel() * params_[u].element_size();
+  }
+  backward_ms_total_ += last_.backward_compute_ms;
+  comm_ms_total_ += last_.backward_comm_ms;
+  exposed_ms_total_ += last_.exposed_comm_ms;
+  overlap_ms_total_ += last_.overlap_ms;
   if (options_.static_graph && iterations_ == 0) {
     expected_hooks_ = hook_count_;
   }
   ++iterations_;
   state_ = ReducerState::kIdle;
+  if (!report_dir_.empty() && iterations_ % report_every_ == 0) write_report();
+}
+
+// The step on the timeline: backward compute, each bucket from launch to the end of its
+// all-reduce (when the backend tells, else when the wait saw it), and the exposed wait.
+void Reducer::record_step(Clock::time_point wait_start, Clock::time_point end) {
+  timeline::record("backward", "ddp", forward_end_, last_ready_);
+  for (auto& bucket : buckets_) {
+    auto done = bucket.work ? bucket.work->finished_at() : Clock::time_point{};
+    if (done == Clock::time_point{}) done = end;
+    timeline::mark("bucket ready", "ddp", bucket.launched, bucket.trace_args);
+    timeline::record("allreduce", "comm", bucket.launched, done, bucket.trace_args);
+  }
+  timeline::record("wait for buckets", "wait", wait_start, end);
 }
 
 void Reducer::write_results(std::size_t bucket) {

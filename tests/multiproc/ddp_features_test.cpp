@@ -430,6 +430,17 @@ TEST(DdpStats, BucketsIterationsAndTimes) {
     EXPECT_GT(s.avg_forward_ms, 0);
     EXPECT_GT(s.avg_backward_comm_ms, 0);
     EXPECT_GE(s.avg_backward_comm_ms, s.avg_exposed_comm_ms);
+    EXPECT_GE(s.avg_overlap_ms, 0);
+    EXPECT_LE(s.avg_overlap_ms, s.avg_backward_comm_ms);
+    EXPECT_GT(s.forward_ms, 0);
+    EXPECT_GT(s.backward_comm_ms, 0);
+    EXPECT_EQ(s.unused_parameters, 0);
+    EXPECT_EQ(s.rank, rank);
+    EXPECT_EQ(s.world_size, kWorld);
+    EXPECT_EQ(s.backend, "gloo");
+    EXPECT_EQ(s.num_parameter_tensors, 6);
+    EXPECT_EQ(s.total_parameter_size_bytes, params);
+    EXPECT_EQ(s.bucket_cap_bytes, 4194);  // 0.004 MiB, as DDP rounds it
   });
 }
 

@@ -17,3 +17,12 @@ if(TARGET fashion_mnist AND TARGET dpxrun)
   set_tests_properties(example.fashion_mnist_elastic PROPERTIES LABELS "example" TIMEOUT 300
     SKIP_REGULAR_EXPRESSION "SKIPPED")
 endif()
+
+# The timeline, the step report and the picture: dpxrun --timeline with the example, 2 ranks.
+if(TARGET fashion_mnist AND TARGET dpxrun)
+  add_test(NAME example.fashion_mnist_timeline
+    COMMAND bash ${CMAKE_CURRENT_LIST_DIR}/example/timeline.sh $<TARGET_FILE:dpxrun>
+            $<TARGET_FILE:fashion_mnist> ${PROJECT_BINARY_DIR}/example_timeline)
+  set_tests_properties(example.fashion_mnist_timeline PROPERTIES LABELS "example" TIMEOUT 300
+    SKIP_REGULAR_EXPRESSION "SKIPPED")
+endif()

@@ -226,6 +226,8 @@ const std::vector<Flag>& flags() {
          c.exit_barrier_timeout = to_seconds("exit-barrier-timeout", v);
        },
        "seconds to wait for the other nodes at the end (default 300)"},
+      {"timeline", true, [](Config& c, const std::string& v) { c.timeline = v; },
+       "record a timeline; write the ranks' merged Chrome trace to this file (docs/timeline.md)"},
   };
   return table;
 }

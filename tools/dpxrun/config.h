@@ -47,6 +47,8 @@ struct Config {
   double heartbeat_timeout = 0;    // --heartbeat-timeout: 0 = hung workers are not detected
   double exit_barrier_timeout = 300;
   bool check = false;  // --check: a pre-flight run (check.h) instead of PROGRAM
+  std::string timeline;            // --timeline FILE: the merged Chrome trace of the run
+  std::string report_dir;          // set by prepare_reports(): where workers leave step reports
   std::vector<std::string> program;  // PROGRAM and its arguments
   std::string notice;  // what was derived from a Slurm step (Note [srun dpxrun]); "" if nothing
 

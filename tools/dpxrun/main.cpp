@@ -7,6 +7,7 @@
 #include "agent.h"
 #include "check.h"
 #include "config.h"
+#include "report.h"
 
 int main(int argc, char** argv) {
   if (std::getenv(dpxrun::kCheckWorkerVariable) != nullptr) {  // a worker of --check (check.h)
@@ -32,8 +33,10 @@ int main(int argc, char** argv) {
   try {
     dpxrun::install_signal_handlers();
     if (config.check && !dpxrun::check_node_before_rendezvous(config)) return 1;
+    dpxrun::prepare_reports(config);
     dpxrun::Agent agent(config);
     const int rc = agent.run();
+    dpxrun::finish_reports(config);
     if (config.check) dpxrun::say_check_result(rc);
     return rc;
   } catch (const dpxrun::UsageError& e) {

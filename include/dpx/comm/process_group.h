@@ -4,14 +4,35 @@
 
 #include <ATen/ATen.h>
 
+#include <atomic>
 #include <chrono>
+#include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "dpx/comm/types.h"
 #include "dpx/comm/work.h"
 
 namespace dpx {
+
+class Store;
+namespace detail {
+class StallInspector;
+}
+
+// Names the collectives this thread issues while it lives, for the stall inspector's log
+// (DDP labels each bucket's all-reduce with the bucket and its parameters' names).
+class CollectiveLabel {
+ public:
+  explicit CollectiveLabel(std::shared_ptr<const std::string> label);
+  ~CollectiveLabel();
+  CollectiveLabel(const CollectiveLabel&) = delete;
+  CollectiveLabel& operator=(const CollectiveLabel&) = delete;
+
+ private:
+  std::shared_ptr<const std::string> previous_;
+};
 
 struct AllreduceOptions {
   ReduceOp op = ReduceOp::kSum;
@@ -30,10 +51,13 @@ class ProcessGroup {
   struct Options {
     std::chrono::milliseconds timeout = kDefaultTimeout;  // default for Work::wait()
     at::Device device = at::kCPU;                         // tensors must live here
+    // How long a collective may wait before this rank logs which ranks have not arrived
+    // (Note [Stall inspector]); unset: DPX_STALL_CHECK_SECONDS, else 60 s. Zero: off.
+    std::optional<std::chrono::milliseconds> stall_threshold;
   };
 
   ProcessGroup(int rank, int size, Options options);
-  virtual ~ProcessGroup() = default;
+  virtual ~ProcessGroup();
   ProcessGroup(const ProcessGroup&) = delete;
   ProcessGroup& operator=(const ProcessGroup&) = delete;
 
@@ -56,6 +80,12 @@ class ProcessGroup {
   // "[rank R/W host:pid] ", computed once (it costs a gethostname()).
   const std::string& where() const { return where_; }
 
+  // Starts the stall inspector (Note [Stall inspector]) on `store`, which every rank of this
+  // group shares; new_process_group() does it. A no-op for one rank or a zero threshold.
+  void start_stall_inspector(std::shared_ptr<Store> store);
+  // Collectives issued on this group so far (the last one's sequence number).
+  std::uint64_t collectives_issued() const { return seq_.load(std::memory_order_relaxed); }
+
  protected:
   virtual std::shared_ptr<Work> do_allreduce(at::Tensor& tensor, const AllreduceOptions& opts) = 0;
   virtual std::shared_ptr<Work> do_broadcast(at::Tensor& tensor, const BroadcastOptions& opts) = 0;
@@ -69,11 +99,14 @@ class ProcessGroup {
 
  private:
   void check_tensor(const at::Tensor& t, const char* op, const char* name) const;
+  std::shared_ptr<Work> track(const char* op, const at::Tensor& t, std::shared_ptr<Work> work);
 
   int rank_;
   int size_;
   Options options_;
   std::string where_;
+  std::atomic<std::uint64_t> seq_{0};
+  std::unique_ptr<detail::StallInspector> inspector_;
 };
 
 }  // namespace dpx

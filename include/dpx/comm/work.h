@@ -25,6 +25,10 @@ class Work {
   // The error the collective failed with; null while it runs or once it succeeded.
   virtual std::exception_ptr exception() = 0;
 
+  // When the collective finished, for the timeline; the clock's epoch while it runs or where
+  // the backend does not know.
+  virtual std::chrono::steady_clock::time_point finished_at() { return {}; }
+
  protected:
   std::chrono::milliseconds default_timeout_;
 };
@@ -40,6 +44,7 @@ class CompletionWork : public Work {
   std::exception_ptr exception() override;
 
   void complete(std::exception_ptr error = nullptr);
+  std::chrono::steady_clock::time_point finished_at() override;
 
  private:
   std::string where_;
@@ -47,6 +52,7 @@ class CompletionWork : public Work {
   std::condition_variable done_cv_;
   bool done_ = false;
   std::exception_ptr error_;
+  std::chrono::steady_clock::time_point finished_at_;
 };
 
 }  // namespace dpx

@@ -3,6 +3,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <string>
 #include <vector>
 
 namespace dpx {
@@ -17,6 +18,33 @@ struct DdpStats {
   double avg_backward_compute_ms = 0; // end of forward to the last gradient being ready
   double avg_backward_comm_ms = 0;    // first bucket launched to every bucket reduced
   double avg_exposed_comm_ms = 0;     // communication not hidden behind backward compute
+  // Communication hidden behind backward compute: first bucket launched to the last gradient
+  // ready (Python's backward_compute_comm_overlap_time).
+  double avg_overlap_ms = 0;
+  // The same five times for the last synchronised iteration alone.
+  double forward_ms = 0, backward_compute_ms = 0, backward_comm_ms = 0, overlap_ms = 0,
+         exposed_comm_ms = 0;
+  // Parameters that got no gradient in the last iteration (found with find_unused_parameters
+  // or static_graph; 0 otherwise), and their bytes.
+  std::int64_t unused_parameters = 0;
+  std::int64_t unused_parameter_bytes = 0;
+  // The set-up, as Python's logging data records it.
+  int rank = 0;
+  int world_size = 1;
+  std::string backend;
+  std::int64_t num_parameter_tensors = 0;
+  std::int64_t total_parameter_size_bytes = 0;
+  std::int64_t bucket_cap_bytes = 0;
+  bool find_unused_parameters = false;
+  bool gradient_as_bucket_view = false;
+  bool static_graph = false;
+  bool comm_hook = false;
 };
+
+// The statistics as one JSON object with the field names of PyTorch's DDP logging data
+// (DistributedDataParallel._get_ddp_logging_data()) and its units: times in nanoseconds, sizes
+// in bytes. Fields PyTorch lacks: avg_exposed_comm_time, exposed_comm_time,
+// unused_parameter_count, bucket_num_parameters. docs/ddp.md, "Step report".
+std::string to_json(const DdpStats& stats);
 
 }  // namespace dpx

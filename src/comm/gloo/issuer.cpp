@@ -43,6 +43,11 @@ class Issuer::IssuedWork : public Work {
     return launched_ ? launched_->exception() : nullptr;
   }
 
+  std::chrono::steady_clock::time_point finished_at() override {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return launched_ ? launched_->finished_at() : std::chrono::steady_clock::time_point{};
+  }
+
   void finish(std::shared_ptr<Work> launched, std::exception_ptr error) {
     {
       std::lock_guard<std::mutex> lock(mutex_);

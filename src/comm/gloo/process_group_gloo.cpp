@@ -1,6 +1,7 @@
 #include "comm/gloo/process_group_gloo.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cstring>
 
 #include "comm/consistency.h"
@@ -8,6 +9,8 @@
 #include "comm/gloo/translate.h"
 #include "comm/store/c10d_adapter.h"
 #include "dpx/comm/errors.h"
+#include "dpx/timeline.h"
+#include "env_read.h"
 
 namespace dpx::detail {
 namespace {
@@ -28,7 +31,9 @@ class GlooWork : public Work {
  public:
   GlooWork(c10::intrusive_ptr<c10d::Work> work, std::chrono::milliseconds timeout,
            std::string where, const char* op)
-      : Work(timeout), work_(std::move(work)), where_(std::move(where)), op_(op) {}
+      : Work(timeout), work_(std::move(work)), where_(std::move(where)), op_(op) {
+    if (timeline::enabled()) note_finish();
+  }
 
   void wait(std::chrono::milliseconds timeout) override {
     try {
@@ -41,8 +46,25 @@ class GlooWork : public Work {
   }
   bool is_completed() override { return work_->isCompleted(); }
   std::exception_ptr exception() override { return work_->exception(); }
+  std::chrono::steady_clock::time_point finished_at() override {
+    return std::chrono::steady_clock::time_point(std::chrono::nanoseconds(finished_ns_->load()));
+  }
 
  private:
+  // The timeline shows when Gloo finished, not when someone waited: c10d's future tells.
+  void note_finish() {
+    try {
+      work_->getFuture()->addCallback([done = finished_ns_](c10::ivalue::Future&) {
+        done->store(std::chrono::duration_cast<std::chrono::nanoseconds>(
+            std::chrono::steady_clock::now().time_since_epoch()).count());
+      });
+    } catch (const std::exception&) {
+      // A c10d work without a future: the timeline falls back to the end of the wait.
+    }
+  }
+
+  std::shared_ptr<std::atomic<std::int64_t>> finished_ns_ =
+      std::make_shared<std::atomic<std::int64_t>>(0);
   c10::intrusive_ptr<c10d::Work> work_;
   std::string where_;
   const char* op_;
