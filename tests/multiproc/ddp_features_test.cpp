@@ -437,7 +437,7 @@ TEST(DdpStats, BucketsIterationsAndTimes) {
     EXPECT_EQ(s.unused_parameters, 0);
     EXPECT_EQ(s.rank, rank);
     EXPECT_EQ(s.world_size, kWorld);
-    EXPECT_EQ(s.backend, "gloo");
+    EXPECT_EQ(s.backend, pg->backend());
     EXPECT_EQ(s.num_parameter_tensors, 6);
     EXPECT_EQ(s.total_parameter_size_bytes, params);
     EXPECT_EQ(s.bucket_cap_bytes, 4194);  // 0.004 MiB, as DDP rounds it
