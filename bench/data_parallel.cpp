@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "command.h"
+#include "stats.h"
 #include "dpx/parallel/data_parallel.h"
 #include "dpx/memory_policy.h"
 
@@ -99,12 +100,6 @@ double cpu_seconds() {
   getrusage(RUSAGE_SELF, &usage);
   auto seconds = [](const timeval& t) { return t.tv_sec + t.tv_usec * 1e-6; };
   return seconds(usage.ru_utime) + seconds(usage.ru_stime);
-}
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  const auto n = v.size();
-  return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
 }
 
 // The same step on the same weights with and without DataParallel: gradients must agree.

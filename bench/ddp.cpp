@@ -16,6 +16,7 @@
 #include <thread>
 
 #include "command.h"
+#include "stats.h"
 #include "ddp_models.h"
 #include "dpx/dpx.h"
 
@@ -316,12 +317,6 @@ Sample run(const Args& a, Mode mode, const std::string& model, const std::string
   const int steps = model == "cnn" ? a.cnn_steps : a.mlp_steps;
   const double samples = static_cast<double>(procs) * a.batch * steps;
   return {samples / max_secs, cpu / samples * 1000, faults / steps, comm, exposed};
-}
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  const auto n = v.size();
-  return n == 0 ? NAN : n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
 }
 
 const char* key_of(Mode m) {

@@ -9,6 +9,7 @@
 #include <cstdio>
 
 #include "command.h"
+#include "stats.h"
 #include "ddp_models.h"
 #include "dpx/dpx.h"
 #include "dpx/parallel/powersgd.h"
@@ -25,11 +26,6 @@ struct PowerSgdArgs {
   int batch = 64;
   int threads = 1;
 };
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
 
 int run(const PowerSgdArgs& a) {
   at::set_num_threads(a.threads);

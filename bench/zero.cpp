@@ -10,6 +10,7 @@
 #include <sstream>
 
 #include "command.h"
+#include "stats.h"
 #include "ddp_models.h"
 #include "dpx/dpx.h"
 #include "dpx/parallel/zero_redundancy_optimizer.h"
@@ -45,11 +46,6 @@ double timed_step(ProcessGroup& pg, torch::optim::Optimizer& opt) {
                              .count(), at::kDouble);
   pg.allreduce(t, {ReduceOp::kMax})->wait();
   return t.item<double>();
-}
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
 }
 
 int run(const ZeroArgs& a) {

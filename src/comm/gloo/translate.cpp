@@ -1,23 +1,16 @@
 #include "comm/gloo/translate.h"
 
+#include "comm/backend_error.h"
 #include "dpx/comm/errors.h"
 
 namespace dpx::detail {
-namespace {
-
-bool contains(const std::string& s, const char* what) { return s.find(what) != std::string::npos; }
-
-}  // namespace
 
 void rethrow_gloo_error(const std::exception& e, const std::string& where, const std::string& op,
                         std::chrono::milliseconds timeout) {
   if (dynamic_cast<const DistributedError*>(&e) != nullptr) {
     throw;
   }
-  std::string msg = e.what();
-  if (auto nl = msg.find("\nException raised from"); nl != std::string::npos) {
-    msg.resize(nl);
-  }
+  const std::string msg = backend_error_text(e);
   if (contains(msg, "onnection closed by peer") || contains(msg, "onnection reset") ||
       contains(msg, "roken pipe") || contains(msg, "onnection refused")) {
     throw PeerLostError(where + "gloo " + op + " failed: a peer closed its connection (" + msg +

@@ -1,13 +1,9 @@
 #include "comm/nccl/translate.h"
 
+#include "comm/backend_error.h"
 #include "dpx/comm/errors.h"
 
 namespace dpx::detail {
-namespace {
-
-bool contains(const std::string& s, const char* what) { return s.find(what) != std::string::npos; }
-
-}  // namespace
 
 // Note [NCCL error words]
 // ProcessGroupNCCL reports every failure as c10::DistBackendError; what happened is only in the
@@ -21,10 +17,7 @@ void rethrow_nccl_error(const std::exception& e, const std::string& where, const
   if (dynamic_cast<const DistributedError*>(&e) != nullptr) {
     throw;
   }
-  std::string msg = e.what();
-  if (auto nl = msg.find("\nException raised from"); nl != std::string::npos) {
-    msg.resize(nl);
-  }
+  const std::string msg = backend_error_text(e);
   if (contains(msg, "imed out") || contains(msg, "imeout")) {
     throw TimeoutError(where + "nccl " + op + " did not finish within " +
                        std::to_string(timeout.count()) + " ms (" + msg +
