@@ -6,30 +6,24 @@
 
 #include <cstdio>
 
-#include "command.h"
+#include "compare.h"
 #include "ddp_models.h"
 #include "dpx/dpx.h"
 #include "dpx/parallel/local_sgd.h"
-#include "stats.h"
-#include "timing.h"
 
 namespace dpx::bench {
 namespace {
 
-struct LocalSgdArgs {
-  std::string backend = "auto";
+// One timed sample is one whole period (`steps` stays 1).
+struct LocalSgdArgs : CompareOptions {
+  LocalSgdArgs() { steps = 1; }
   int width = 4096;
   int period = 4;
-  int rounds = 5;
   int batch = 64;
-  int threads = 1;
 };
 
 int run(const LocalSgdArgs& a) {
-  at::set_num_threads(a.threads);
-  InitOptions o;
-  o.backend = a.backend;
-  auto pg = init_process_group(o);
+  auto pg = join_job(a);
   torch::manual_seed(0);
   WideMlp plain_net(a.width), local_net(a.width);
   DistributedDataParallel plain(plain_net, pg), local(local_net, pg);
@@ -65,18 +59,13 @@ int run(const LocalSgdArgs& a) {
   }
   period(plain, plain_opt);
   period(local, local_opt);
-  std::vector<double> plain_s, local_s;
-  for (int r = 0; r < a.rounds; ++r) {
-    plain_s.push_back(period(plain, plain_opt));
-    local_s.push_back(period(local, local_opt));
-  }
+  const auto t = alternate(a, [&] { return period(plain, plain_opt); },
+                           [&] { return period(local, local_opt); });
   if (pg->rank() == 0) {
     std::printf("# dpx-bench localsgd: wide MLP (width %d), period %d, backend %s, %d ranks, "
                 "%d threads each\n", a.width, a.period, pg->backend().c_str(), pg->size(),
                 a.threads);
-    const double p = median(plain_s), l = median(local_s);
-    std::printf("time per step (median of %zu periods): DDP %.2f ms, post-local SGD %.2f ms, "
-                "ratio %.3f\n", plain_s.size(), p * 1e3, l * 1e3, l / p);
+    print_step_times(t, "DDP", "post-local SGD", " periods");
   }
   pg->barrier()->wait();
   return 0;
@@ -85,14 +74,10 @@ int run(const LocalSgdArgs& a) {
 RegisterCommand reg("localsgd", "post-local SGD against DDP: time per step over whole periods",
                     [](CLI::App& app) -> Run {
                       auto a = std::make_shared<LocalSgdArgs>();
-                      app.add_option("--backend", a->backend, "process group (default auto)");
+                      add_compare_options(app, *a, /*with_steps=*/false);
                       app.add_option("--width", a->width, "MLP width (default 4096: 25 M params)")
                           ->check(at_least(1));
                       app.add_option("--period", a->period, "steps between averages (default 4)")
-                          ->check(at_least(1));
-                      app.add_option("--rounds", a->rounds, "rounds (default 5)")
-                          ->check(at_least(1));
-                      app.add_option("--threads", a->threads, "intra-op threads per rank")
                           ->check(at_least(1));
                       return [a](const std::vector<std::string>&) { return run(*a); };
                     });

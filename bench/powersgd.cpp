@@ -4,12 +4,9 @@
 // long as its slowest rank, and medians are reported.
 #include <torch/torch.h>
 
-#include <algorithm>
 #include <cstdio>
 
-#include "command.h"
-#include "stats.h"
-#include "timing.h"
+#include "compare.h"
 #include "ddp_models.h"
 #include "dpx/dpx.h"
 #include "dpx/parallel/powersgd.h"
@@ -17,21 +14,14 @@
 namespace dpx::bench {
 namespace {
 
-struct PowerSgdArgs {
-  std::string backend = "auto";
+struct PowerSgdArgs : CompareOptions {
   int width = 4096;
   int rank = 1;  // matrix_approximation_rank
-  int rounds = 5;
-  int steps = 3;  // timed steps per configuration per round
   int batch = 64;
-  int threads = 1;
 };
 
 int run(const PowerSgdArgs& a) {
-  at::set_num_threads(a.threads);
-  InitOptions o;
-  o.backend = a.backend;
-  auto pg = init_process_group(o);
+  auto pg = join_job(a);
   torch::manual_seed(0);
   WideMlp plain_net(a.width), compressed_net(a.width);
   DistributedDataParallel plain(plain_net, pg), compressed(compressed_net, pg);
@@ -55,22 +45,17 @@ int run(const PowerSgdArgs& a) {
     step(compressed, compressed_opt);
   }
   const auto before0 = state->numel_before_compression(), after0 = state->numel_after_compression();
-  std::vector<double> plain_s, compressed_s;
-  for (int r = 0; r < a.rounds; ++r) {
-    for (int s = 0; s < a.steps; ++s) plain_s.push_back(step(plain, plain_opt));
-    for (int s = 0; s < a.steps; ++s) compressed_s.push_back(step(compressed, compressed_opt));
-  }
+  const auto t = alternate(a, [&] { return step(plain, plain_opt); },
+                           [&] { return step(compressed, compressed_opt); });
   if (pg->rank() == 0) {
-    const double n = static_cast<double>(compressed_s.size());
+    const double n = static_cast<double>(t.second.size());
     const double before = (state->numel_before_compression() - before0) / n;
     const double after = (state->numel_after_compression() - after0) / n;
     std::printf("# dpx-bench powersgd: wide MLP (width %d), rank %d, backend %s, %d ranks, "
                 "%d threads each\n", a.width, a.rank, pg->backend().c_str(), pg->size(), a.threads);
     std::printf("elements all-reduced per step: plain %.0f, PowerSGD %.0f, ratio %.5f\n", before,
                 after, after / before);
-    const double p = median(plain_s), c = median(compressed_s);
-    std::printf("step time (median of %zu): plain %.2f ms, PowerSGD %.2f ms, ratio %.3f\n",
-                plain_s.size(), p * 1e3, c * 1e3, c / p);
+    print_step_times(t, "plain", "PowerSGD");
   }
   pg->barrier()->wait();
   return 0;
@@ -79,16 +64,10 @@ int run(const PowerSgdArgs& a) {
 RegisterCommand reg("powersgd", "DDP with powersgd_hook against plain DDP: elements sent, step time",
                     [](CLI::App& app) -> Run {
                       auto a = std::make_shared<PowerSgdArgs>();
-                      app.add_option("--backend", a->backend, "process group (default auto)");
+                      add_compare_options(app, *a);
                       app.add_option("--width", a->width, "MLP width (default 4096: 25 M params)")
                           ->check(at_least(1));
                       app.add_option("--rank", a->rank, "matrix_approximation_rank (default 1)")
-                          ->check(at_least(1));
-                      app.add_option("--rounds", a->rounds, "rounds (default 5)")
-                          ->check(at_least(1));
-                      app.add_option("--steps", a->steps, "timed steps per configuration per round")
-                          ->check(at_least(1));
-                      app.add_option("--threads", a->threads, "intra-op threads per rank")
                           ->check(at_least(1));
                       return [a](const std::vector<std::string>&) { return run(*a); };
                     });

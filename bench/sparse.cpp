@@ -8,23 +8,17 @@
 
 #include <cstdio>
 
-#include "command.h"
+#include "compare.h"
 #include "dpx/dpx.h"
-#include "stats.h"
-#include "timing.h"
 
 namespace dpx::bench {
 namespace {
 
-struct SparseArgs {
-  std::string backend = "auto";
+struct SparseArgs : CompareOptions {
   std::int64_t vocab = 200000;
   std::int64_t dim = 64;
   int batch = 64;
   int tokens = 20;  // ids per sample
-  int rounds = 5;
-  int steps = 3;    // timed steps per configuration per round
-  int threads = 1;
 };
 
 // Bags of token ids -> 10 class scores.
@@ -46,10 +40,7 @@ double allreduce_bytes(double n, int world) { return 2.0 * (world - 1) / world *
 double allgather_bytes(double n, int world) { return (world - 1) * n; }
 
 int run(const SparseArgs& a) {
-  at::set_num_threads(a.threads);
-  InitOptions o;
-  o.backend = a.backend;
-  auto pg = init_process_group(o);
+  auto pg = join_job(a);
   const int world = pg->size();
   std::int64_t max_rows = 0;
   torch::manual_seed(0);
@@ -70,11 +61,8 @@ int run(const SparseArgs& a) {
     step(sparse, sparse_opt);
     step(dense, dense_opt);
   }
-  std::vector<double> sparse_s, dense_s;
-  for (int r = 0; r < a.rounds; ++r) {
-    for (int s = 0; s < a.steps; ++s) dense_s.push_back(step(dense, dense_opt));
-    for (int s = 0; s < a.steps; ++s) sparse_s.push_back(step(sparse, sparse_opt));
-  }
+  const auto t = alternate(a, [&] { return step(dense, dense_opt); },
+                           [&] { return step(sparse, sparse_opt); });
   // The rows each rank touches; every rank pads its share of the all-gather to the largest.
   const auto touched = (at::bincount(ids.flatten()) > 0).sum().item<std::int64_t>();
   auto rows = at::full({1}, touched, at::kLong);
@@ -93,9 +81,7 @@ int run(const SparseArgs& a) {
                 static_cast<long long>(max_rows));
     std::printf("bytes sent per rank per step: dense %.0f, sparse %.0f, ratio %.5f\n", dense_bytes,
                 sparse_bytes, sparse_bytes / dense_bytes);
-    const double d = median(dense_s), s = median(sparse_s);
-    std::printf("step time (median of %zu): dense %.2f ms, sparse %.2f ms, ratio %.3f\n",
-                dense_s.size(), d * 1e3, s * 1e3, s / d);
+    print_step_times(t, "dense", "sparse");
   }
   pg->barrier()->wait();
   return 0;
@@ -104,15 +90,11 @@ int run(const SparseArgs& a) {
 RegisterCommand reg("sparse", "DDP with a sparse Embedding gradient against a dense one: bytes "
                     "sent, step time", [](CLI::App& app) -> Run {
   auto a = std::make_shared<SparseArgs>();
-  app.add_option("--backend", a->backend, "process group (default auto)");
+  add_compare_options(app, *a);
   app.add_option("--vocab", a->vocab, "embedding rows (default 200000)")->check(at_least(1));
   app.add_option("--dim", a->dim, "embedding width (default 64)")->check(at_least(1));
   app.add_option("--batch", a->batch, "samples per rank (default 64)")->check(at_least(1));
   app.add_option("--tokens", a->tokens, "ids per sample (default 20)")->check(at_least(1));
-  app.add_option("--rounds", a->rounds, "rounds (default 5)")->check(at_least(1));
-  app.add_option("--steps", a->steps, "timed steps per configuration per round")
-      ->check(at_least(1));
-  app.add_option("--threads", a->threads, "intra-op threads per rank")->check(at_least(1));
   return [a](const std::vector<std::string>&) { return run(*a); };
 });
 

@@ -6,21 +6,15 @@
 
 #include <cstdio>
 
-#include "command.h"
+#include "compare.h"
 #include "dpx/dpx.h"
 #include "dpx/parallel/sync_batch_norm.h"
-#include "stats.h"
-#include "timing.h"
 
 namespace dpx::bench {
 namespace {
 
-struct SyncBnArgs {
-  std::string backend = "auto";
-  int rounds = 5;
-  int steps = 3;  // timed steps per configuration per round
+struct SyncBnArgs : CompareOptions {
   int batch = 32;  // per rank
-  int threads = 1;
 };
 
 // The Fashion-MNIST CNN of `dpx-bench ddp` with a BatchNorm after each layer but the last.
@@ -33,10 +27,7 @@ torch::nn::Sequential bn_cnn() {
 }
 
 int run(const SyncBnArgs& a) {
-  at::set_num_threads(a.threads);
-  InitOptions o;
-  o.backend = a.backend;
-  auto pg = init_process_group(o);
+  auto pg = join_job(a);
   torch::manual_seed(0);
   auto plain_net = bn_cnn();
   torch::manual_seed(0);
@@ -47,44 +38,29 @@ int run(const SyncBnArgs& a) {
   torch::manual_seed(1 + pg->rank());
   auto x = torch::randn({a.batch, 1, 28, 28});
   auto y = torch::randint(10, {a.batch});
-  // Seconds of the slowest rank, and the collectives this step issued.
-  auto step = [&](auto& ddp, torch::optim::SGD& opt) {
-    std::uint64_t collectives = 0;
-    const double seconds = slowest_rank_seconds(*pg, [&] {
+  // Seconds of the slowest rank; `collectives` is what this step issued.
+  auto step = [&](auto& ddp, torch::optim::SGD& opt, std::uint64_t& collectives) {
+    return slowest_rank_seconds(*pg, [&] {
       const auto issued = pg->collectives_issued();
       opt.zero_grad();
       torch::nn::functional::cross_entropy(ddp->forward(x), y).backward();
       opt.step();
       collectives = pg->collectives_issued() - issued;
     });
-    return std::make_pair(seconds, collectives);
   };
-  for (int s = 0; s < 2; ++s) {  // warm-up, and DDP's bucket rebuild after the first step
-    step(plain, plain_opt);
-    step(synced, sync_opt);
-  }
-  std::vector<double> plain_s, sync_s;
   std::uint64_t plain_c = 0, sync_c = 0;
-  for (int r = 0; r < a.rounds; ++r) {
-    for (int s = 0; s < a.steps; ++s) {
-      auto [t, c] = step(plain, plain_opt);
-      plain_s.push_back(t);
-      plain_c = c;
-    }
-    for (int s = 0; s < a.steps; ++s) {
-      auto [t, c] = step(synced, sync_opt);
-      sync_s.push_back(t);
-      sync_c = c;
-    }
+  for (int s = 0; s < 2; ++s) {  // warm-up, and DDP's bucket rebuild after the first step
+    step(plain, plain_opt, plain_c);
+    step(synced, sync_opt, sync_c);
   }
+  const auto t = alternate(a, [&] { return step(plain, plain_opt, plain_c); },
+                           [&] { return step(synced, sync_opt, sync_c); });
   if (pg->rank() == 0) {
     std::printf("# dpx-bench syncbn: CNN with 3 BatchNorms, batch %d per rank, backend %s, %d "
                 "ranks, %d threads each\n", a.batch, pg->backend().c_str(), pg->size(), a.threads);
     std::printf("collectives per step: BatchNorm %llu, SyncBatchNorm %llu\n",
                 static_cast<unsigned long long>(plain_c), static_cast<unsigned long long>(sync_c));
-    const double p = median(plain_s), s = median(sync_s);
-    std::printf("step time (median of %zu): BatchNorm %.2f ms, SyncBatchNorm %.2f ms, ratio %.3f\n",
-                plain_s.size(), p * 1e3, s * 1e3, s / p);
+    print_step_times(t, "BatchNorm", "SyncBatchNorm");
   }
   pg->barrier()->wait();
   return 0;
@@ -93,14 +69,8 @@ int run(const SyncBnArgs& a) {
 RegisterCommand reg("syncbn", "DDP with SyncBatchNorm against BatchNorm: step time, collectives",
                     [](CLI::App& app) -> Run {
                       auto a = std::make_shared<SyncBnArgs>();
-                      app.add_option("--backend", a->backend, "process group (default auto)");
-                      app.add_option("--rounds", a->rounds, "rounds (default 5)")
-                          ->check(at_least(1));
-                      app.add_option("--steps", a->steps, "timed steps per configuration per round")
-                          ->check(at_least(1));
+                      add_compare_options(app, *a);
                       app.add_option("--batch", a->batch, "samples per rank (default 32)")
-                          ->check(at_least(1));
-                      app.add_option("--threads", a->threads, "intra-op threads per rank")
                           ->check(at_least(1));
                       return [a](const std::vector<std::string>&) { return run(*a); };
                     });

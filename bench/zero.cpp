@@ -4,13 +4,9 @@
 // round (this machine is noisy); a step's time is its slowest rank's, and medians are reported.
 #include <torch/torch.h>
 
-#include <algorithm>
 #include <cstdio>
-#include <sstream>
 
-#include "command.h"
-#include "stats.h"
-#include "timing.h"
+#include "compare.h"
 #include "ddp_models.h"
 #include "dpx/dpx.h"
 #include "dpx/parallel/zero_redundancy_optimizer.h"
@@ -18,12 +14,8 @@
 namespace dpx::bench {
 namespace {
 
-struct ZeroArgs {
-  std::string backend = "auto";
+struct ZeroArgs : CompareOptions {
   int width = 4096;
-  int rounds = 5;
-  int steps = 3;  // timed steps per optimizer per round
-  int threads = 1;
 };
 
 // The bytes of the tensors in an optimizer's state (Adam: exp_avg and exp_avg_sq per parameter).
@@ -43,10 +35,7 @@ double timed_step(ProcessGroup& pg, torch::optim::Optimizer& opt) {
 }
 
 int run(const ZeroArgs& a) {
-  at::set_num_threads(a.threads);
-  InitOptions o;
-  o.backend = a.backend;
-  auto pg = init_process_group(o);
+  auto pg = join_job(a);
   torch::manual_seed(0);
   WideMlp net(a.width);
   auto params = net->parameters();
@@ -56,11 +45,8 @@ int run(const ZeroArgs& a) {
   ZeroRedundancyOptimizer zero(params, pg, optimizer_factory<torch::optim::Adam>(options));
   plain.step();  // both create their state on the first step
   zero.step();
-  std::vector<double> plain_s, zero_s;
-  for (int r = 0; r < a.rounds; ++r) {
-    for (int s = 0; s < a.steps; ++s) plain_s.push_back(timed_step(*pg, plain));
-    for (int s = 0; s < a.steps; ++s) zero_s.push_back(timed_step(*pg, zero));
-  }
+  const auto t = alternate(a, [&] { return timed_step(*pg, plain); },
+                           [&] { return timed_step(*pg, zero); });
   auto bytes = at::full({1}, static_cast<double>(state_bytes(zero.local_optimizer())), at::kDouble);
   pg->allreduce(bytes, {ReduceOp::kMax})->wait();
   if (pg->rank() == 0) {
@@ -72,9 +58,7 @@ int run(const ZeroArgs& a) {
     std::printf("optimizer state per rank: unsharded %.1f MiB, ZeRO (largest shard) %.1f MiB, "
                 "ratio %.3f\n", unsharded / (1 << 20), bytes.item<double>() / (1 << 20),
                 bytes.item<double>() / unsharded);
-    const double p = median(plain_s), z = median(zero_s);
-    std::printf("step time (median of %zu): unsharded %.2f ms, ZeRO %.2f ms, ratio %.3f\n",
-                plain_s.size(), p * 1e3, z * 1e3, z / p);
+    print_step_times(t, "unsharded", "ZeRO");
   }
   pg->barrier()->wait();
   return 0;
@@ -83,14 +67,8 @@ int run(const ZeroArgs& a) {
 RegisterCommand reg("zero", "ZeroRedundancyOptimizer against plain Adam: state bytes, step time",
                     [](CLI::App& app) -> Run {
                       auto a = std::make_shared<ZeroArgs>();
-                      app.add_option("--backend", a->backend, "process group (default auto)");
+                      add_compare_options(app, *a);
                       app.add_option("--width", a->width, "MLP width (default 4096: 25 M params)")
-                          ->check(at_least(1));
-                      app.add_option("--rounds", a->rounds, "rounds (default 5)")
-                          ->check(at_least(1));
-                      app.add_option("--steps", a->steps, "timed steps per optimizer per round")
-                          ->check(at_least(1));
-                      app.add_option("--threads", a->threads, "intra-op threads per rank")
                           ->check(at_least(1));
                       return [a](const std::vector<std::string>&) { return run(*a); };
                     });

@@ -1,0 +1,70 @@
+// The skeleton of the dpx-bench sub-commands that price one configuration against another in
+// one env:// job (powersgd, zero, syncbn, localsgd, sparse): the common flags, the group, the
+// two configurations timed in alternation (this machine is noisy, so both see the same moments
+// of it), and the step-time line the smoke tests read (tests/scripts/bench_ratios.cmake).
+#pragma once
+
+#include <ATen/Parallel.h>
+
+#include <cstdio>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "command.h"
+#include "dpx/comm/init.h"
+#include "stats.h"
+#include "timing.h"
+
+namespace dpx::bench {
+
+struct CompareOptions {
+  std::string backend = "auto";
+  int rounds = 5;
+  int steps = 3;  // timed steps per configuration per round
+  int threads = 1;
+};
+
+// --backend, --rounds, --threads, and --steps unless the sub-command times whole periods.
+inline void add_compare_options(CLI::App& app, CompareOptions& o, bool with_steps = true) {
+  app.add_option("--backend", o.backend, "process group (default auto)");
+  app.add_option("--rounds", o.rounds, "rounds (default 5)")->check(at_least(1));
+  if (with_steps) {
+    app.add_option("--steps", o.steps, "timed steps per configuration per round")
+        ->check(at_least(1));
+  }
+  app.add_option("--threads", o.threads, "intra-op threads per rank")->check(at_least(1));
+}
+
+// This rank's group in the job, with the intra-op threads asked for.
+inline std::shared_ptr<ProcessGroup> join_job(const CompareOptions& o) {
+  at::set_num_threads(o.threads);
+  InitOptions init;
+  init.backend = o.backend;
+  return init_process_group(init);
+}
+
+struct Alternated {
+  std::vector<double> first, second;  // seconds, one per timed call
+};
+
+// `rounds` rounds of `steps` calls of `first`, then `steps` of `second`; each returns seconds.
+template <typename First, typename Second>
+Alternated alternate(const CompareOptions& o, First&& first, Second&& second) {
+  Alternated t;
+  for (int r = 0; r < o.rounds; ++r) {
+    for (int s = 0; s < o.steps; ++s) t.first.push_back(first());
+    for (int s = 0; s < o.steps; ++s) t.second.push_back(second());
+  }
+  return t;
+}
+
+// "step time (median of N): <first> x ms, <second> y ms, ratio second/first".
+inline void print_step_times(const Alternated& t, const char* first_name,
+                             const char* second_name, const char* samples = "") {
+  const double a = median(t.first), b = median(t.second);
+  std::printf("step time (median of %zu%s): %s %.2f ms, %s %.2f ms, ratio %.3f\n",
+              t.first.size(), samples, first_name, a * 1e3, second_name, b * 1e3, b / a);
+}
+
+}  // namespace dpx::bench
