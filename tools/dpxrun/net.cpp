@@ -49,23 +49,6 @@ int free_port() {
   return ntohs(a.sin_port);
 }
 
-std::string local_address_toward(const std::string& host, int port) {
-  sockaddr_in peer{};
-  if (!resolve(host, port == 0 ? 9 : port, peer)) return hostname();
-  int fd = socket(AF_INET, SOCK_DGRAM, 0);
-  if (fd < 0) return hostname();
-  sockaddr_in self{};
-  socklen_t len = sizeof(self);
-  std::string out = hostname();
-  if (connect(fd, reinterpret_cast<sockaddr*>(&peer), sizeof(peer)) == 0 &&
-      getsockname(fd, reinterpret_cast<sockaddr*>(&self), &len) == 0) {
-    char buf[INET_ADDRSTRLEN];
-    if (inet_ntop(AF_INET, &self.sin_addr, buf, sizeof(buf)) != nullptr) out = buf;
-  }
-  close(fd);
-  return out;
-}
-
 bool port_in_use(int port) {
   int fd = socket(AF_INET, SOCK_STREAM, 0);
   if (fd < 0) return false;

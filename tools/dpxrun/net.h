@@ -9,9 +9,6 @@ std::string hostname();
 // A TCP port that was free a moment ago (bound to port 0, then released), as torchrun picks
 // MASTER_PORT; the worker that binds it next may still lose a race, which ends in a restart.
 int free_port();
-// The local IPv4 address this host uses to reach host:port (a UDP connect, nothing is sent):
-// peers can reach us there, even when every node has the same hostname (network namespaces).
-std::string local_address_toward(const std::string& host, int port);
 // Whether something listens on (or holds) TCP `port` of this machine already.
 bool port_in_use(int port);
 // Whether `host` names an address of this machine (it can be bound to).

@@ -9,6 +9,7 @@
 #include <thread>
 #include <vector>
 
+#include "comm/net/route.h"
 #include "dpx/comm/errors.h"
 #include "net.h"
 
@@ -85,7 +86,9 @@ Rendezvous::Rendezvous(const Config& config, std::function<bool()> interrupted)
     if (!store_) {
       store_ = connect(store_host_, config_.rdzv_port, false, connect_timeout, &token_);
     }
-    local_addr_ = local_address_toward(store_host_, store_->port());
+    // Where peers reach this host, even when every node has the same hostname (network
+    // namespaces): the local address that routes to the store's host.
+    local_addr_ = dpx::detail::local_address_toward(store_host_).value_or(hostname());
   }
   store_->set_timeout(ms(std::max(config_.timeouts.close, 10.0)));
 }
