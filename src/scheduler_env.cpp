@@ -78,25 +78,21 @@ std::optional<std::string> first_of(std::initializer_list<const char*> names) {
 }
 
 std::optional<SchedulerEnv> slurm() {
-  if (!in_slurm_step()) return std::nullopt;
+  auto step = slurm_step();
+  if (!step) return std::nullopt;
   SchedulerEnv s;
   s.name = "slurm";
-  s.rank = need("SLURM_PROCID", 0);
-  s.world_size = env_string("SLURM_STEP_NUM_TASKS") ? need("SLURM_STEP_NUM_TASKS", 1)
-                                                    : need("SLURM_NTASKS", 1);
-  s.local_rank = maybe("SLURM_LOCALID");
-  s.group_rank = maybe("SLURM_NODEID");
-  if (auto per_node = first_of({"SLURM_STEP_TASKS_PER_NODE", "SLURM_TASKS_PER_NODE"})) {
-    const auto counts = expand_slurm_tasks_per_node(*per_node);
-    const int node = s.group_rank.value_or(0);
-    if (node < static_cast<int>(counts.size())) s.local_world_size = counts[node];
+  s.rank = step->task;
+  s.world_size = step->tasks;
+  s.local_rank = step->local_task;
+  s.group_rank = step->node;
+  const int node = step->node.value_or(0);
+  if (node < static_cast<int>(step->tasks_per_node.size())) {
+    s.local_world_size = step->tasks_per_node[node];
   }
   // Rank 0 runs on the step's first node (srun places tasks in node-list order).
-  if (auto nodes = first_of({"SLURM_STEP_NODELIST", "SLURM_JOB_NODELIST", "SLURM_NODELIST"})) {
-    const auto hosts = expand_slurm_hostlist(*nodes);
-    if (!hosts.empty()) s.master_addr = hosts.front();
-  }
-  s.master_port = env_string("SLURM_JOB_ID") ? port_from("SLURM_JOB_ID") : port_from("SLURM_JOBID");
+  if (!step->hosts.empty()) s.master_addr = step->hosts.front();
+  s.master_port = step->master_port;
   return s;
 }
 
@@ -193,6 +189,28 @@ std::vector<int> expand_slurm_tasks_per_node(const std::string& list) {
 }
 
 int port_from_job_id(std::uint64_t job_id) { return 20000 + static_cast<int>(job_id % 10000); }
+
+std::optional<SlurmStep> slurm_step() {
+  if (!in_slurm_step()) return std::nullopt;
+  SlurmStep s;
+  const char* job_var = env_string("SLURM_JOB_ID") ? "SLURM_JOB_ID" : "SLURM_JOBID";
+  s.job_id = env_string(job_var).value_or("");
+  s.master_port = port_from(job_var);
+  s.task = need("SLURM_PROCID", 0);
+  s.tasks = env_string("SLURM_STEP_NUM_TASKS") ? need("SLURM_STEP_NUM_TASKS", 1)
+                                               : need("SLURM_NTASKS", 1);
+  s.nodes = env_string("SLURM_STEP_NUM_NODES") ? maybe("SLURM_STEP_NUM_NODES", 1)
+                                               : maybe("SLURM_NNODES", 1);
+  s.node = maybe("SLURM_NODEID");
+  s.local_task = maybe("SLURM_LOCALID");
+  if (auto per_node = first_of({"SLURM_STEP_TASKS_PER_NODE", "SLURM_TASKS_PER_NODE"})) {
+    s.tasks_per_node = expand_slurm_tasks_per_node(*per_node);
+  }
+  if (auto nodes = first_of({"SLURM_STEP_NODELIST", "SLURM_JOB_NODELIST", "SLURM_NODELIST"})) {
+    s.hosts = expand_slurm_hostlist(*nodes);
+  }
+  return s;
+}
 
 bool in_slurm_step() {
   return (env_string("SLURM_STEP_ID") || env_string("SLURM_STEPID")) &&

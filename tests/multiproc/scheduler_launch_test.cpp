@@ -152,5 +152,23 @@ TEST(Schedulers, DpxrunInASlurmStepWithTwoTasksPerNodeSaysWhatToDo) {
             "the workers of each node) (see dpxrun --help)\n");
 }
 
+// srun's variables are read once for dpxrun and for its workers (slurm_step()); a malformed or
+// missing one is dpxrun's one-line usage error that names it.
+TEST(Schedulers, DpxrunInASlurmStepWithABadVariableNamesIt) {
+  auto bad_nodes = fake_step("1", free_tcp_port());
+  bad_nodes.set_env["SLURM_STEP_NUM_NODES"] = "two";
+  auto r = run_launcher({dpxrun_path(), test_worker_path(), "print"}, seconds(30), bad_nodes);
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_EQ(r.output, "dpxrun: error: environment variable SLURM_STEP_NUM_NODES must be an "
+                      "integer, got 'two' (see dpxrun --help)\n");
+
+  auto no_node = fake_step("1", free_tcp_port());
+  no_node.set_env.erase("SLURM_NODEID");
+  r = run_launcher({dpxrun_path(), test_worker_path(), "print"}, seconds(30), no_node);
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_EQ(r.output, "dpxrun: error: Slurm gives no node index (SLURM_NODEID) (see dpxrun "
+                      "--help)\n");
+}
+
 }  // namespace
 }  // namespace dpx::test

@@ -1,21 +1,21 @@
 #include "slurm.h"
 
+#include <c10/util/Exception.h>
+
 #include <cstdlib>
-#include <vector>
 
 #include "scheduler_env.h"
 
 namespace dpxrun {
 namespace {
 
-std::string var(const char* name) {
-  const char* v = std::getenv(name);
-  return v != nullptr ? v : "";
-}
-
-std::string first_var(const char* a, const char* b) {
-  const std::string v = var(a);
-  return v.empty() ? var(b) : v;
+// The step as srun describes it; a malformed variable is a usage error naming it.
+dpx::detail::SlurmStep read_step() {
+  try {
+    return *dpx::detail::slurm_step();
+  } catch (const c10::Error& e) {
+    throw UsageError(e.what_without_backtrace());
+  }
 }
 
 int int_var(const std::string& name, const std::string& value) {
@@ -32,50 +32,40 @@ int int_var(const std::string& name, const std::string& value) {
 
 std::string apply_slurm(Config& c, const std::set<std::string>& given) {
   if (c.standalone || !dpx::detail::in_slurm_step()) return "";
-  const std::string nodes_var = var("SLURM_STEP_NUM_NODES").empty() ? "SLURM_NNODES"
-                                                                     : "SLURM_STEP_NUM_NODES";
-  const std::string tasks_var = var("SLURM_STEP_NUM_TASKS").empty() ? "SLURM_NTASKS"
-                                                                     : "SLURM_STEP_NUM_TASKS";
-  const int nodes = int_var(nodes_var, var(nodes_var.c_str()));
-  const int tasks = int_var(tasks_var, var(tasks_var.c_str()));
-  if (tasks != nodes) {
-    throw UsageError("this Slurm step runs " + std::to_string(tasks) + " tasks on " +
+  const dpx::detail::SlurmStep step = read_step();
+  if (!step.nodes) throw UsageError("Slurm gives no node count (SLURM_STEP_NUM_NODES, SLURM_NNODES)");
+  const int nodes = *step.nodes;
+  if (step.tasks != nodes) {
+    throw UsageError("this Slurm step runs " + std::to_string(step.tasks) + " tasks on " +
                      std::to_string(nodes) + " nodes, but dpxrun is one agent per node: start "
                      "it with srun --ntasks-per-node=1 dpxrun ... (and --nproc-per-node for the "
                      "workers of each node)");
   }
-  const std::string job = first_var("SLURM_JOB_ID", "SLURM_JOBID");
-  std::string notice = "Slurm job " + job + ":";
+  std::string notice = "Slurm job " + step.job_id + ":";
   if (!given.count("nnodes")) {
     c.min_nodes = c.max_nodes = nodes;
     notice += " --nnodes " + std::to_string(nodes);
   }
-  if (!given.count("rdzv_id") && !job.empty()) {
-    c.rdzv_id = "slurm-" + job;
+  if (!given.count("rdzv_id") && !step.job_id.empty()) {
+    c.rdzv_id = "slurm-" + step.job_id;
     notice += " --rdzv-id " + c.rdzv_id;
   }
   if (!c.is_static() || given.count("rdzv_endpoint")) return notice;
   if (!given.count("node_rank")) {
-    c.node_rank = int_var("SLURM_NODEID", var("SLURM_NODEID"));
+    if (!step.node) throw UsageError("Slurm gives no node index (SLURM_NODEID)");
+    c.node_rank = *step.node;
     notice += " --node-rank " + std::to_string(c.node_rank);
   }
   if (!given.count("master_addr")) {
-    std::vector<std::string> hosts;
-    try {
-      hosts = dpx::detail::expand_slurm_hostlist(
-          first_var("SLURM_STEP_NODELIST", "SLURM_JOB_NODELIST"));
-    } catch (const std::exception& e) {
-      const std::string what = e.what();
-      throw UsageError(what.substr(0, what.find('\n')));  // without c10's backtrace
-    }
-    if (hosts.empty()) throw UsageError("Slurm gives no node list (SLURM_STEP_NODELIST)");
-    c.master_addr = hosts.front();
+    if (step.hosts.empty()) throw UsageError("Slurm gives no node list (SLURM_STEP_NODELIST)");
+    c.master_addr = step.hosts.front();
     notice += " --master-addr " + c.master_addr;
   }
   if (!given.count("master_port")) {
-    const std::string port = var("MASTER_PORT");
-    c.master_port = !port.empty() ? int_var("MASTER_PORT", port)
-                    : dpx::detail::port_from_job_id(std::strtoull(job.c_str(), nullptr, 10));
+    const char* port = std::getenv("MASTER_PORT");
+    c.master_port = port != nullptr && *port != '\0'
+                        ? int_var("MASTER_PORT", port)
+                        : step.master_port.value_or(dpx::detail::port_from_job_id(0));
     notice += " --master-port " + std::to_string(c.master_port);
   }
   return notice;
