@@ -56,12 +56,6 @@ CollectiveDescriptor describe_call(CollectiveKind kind, const at::Tensor& t, int
 // "allreduce(sum) on 100 Float as collective #3".
 std::string to_string(const CollectiveDescriptor& d);
 
-// Raised by every rank when ranks run different collectives; the group stays usable.
-class MismatchError : public DistributedError {
- public:
-  using DistributedError::DistributedError;
-};
-
 // Throws MismatchError naming both calls unless `theirs` (rank `peer`'s) equals `mine`.
 void check_same(const CollectiveDescriptor& mine, const CollectiveDescriptor& theirs, int peer,
                 const std::string& where, const std::string& backend);

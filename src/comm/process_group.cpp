@@ -57,10 +57,6 @@ std::shared_ptr<Work> ProcessGroup::track(const char* op, const at::Tensor& t,
   return work;
 }
 
-void ProcessGroup::unsupported(const std::string& what) const {
-  TORCH_CHECK(false, where(), "backend ", backend(), " does not support ", what);
-}
-
 void ProcessGroup::check_tensor(const at::Tensor& t, const char* op, const char* name) const {
   TORCH_CHECK(t.defined(), where(), op, ": ", name, " is an undefined tensor");
   TORCH_CHECK(t.is_contiguous(), where(), op, ": ", name,

@@ -88,7 +88,7 @@ TEST(Faults, MismatchedCollectivesAreNamedOnEveryRankAtOnce) {
                                   with_timeout(milliseconds(30000)));
       const auto start = std::chrono::steady_clock::now();
       auto expect_named = [&](const std::function<void()>& issue, const std::string& theirs) {
-        auto msg = expect_throws<DistributedError>(issue);
+        auto msg = expect_throws<MismatchError>(issue);  // public: callers can catch it
         EXPECT_NE(msg.find("ranks disagree on the collective"), std::string::npos) << msg;
         EXPECT_NE(msg.find("rank " + std::to_string(1 - rank) + " called " + theirs),
                   std::string::npos) << msg;

@@ -28,4 +28,11 @@ class PeerLostError : public DistributedError {
   using DistributedError::DistributedError;
 };
 
+// Ranks called different collectives (another op, size, dtype, root or order). Every rank
+// raises it before any data moves, and the group stays usable (Note [Consistency]).
+class MismatchError : public DistributedError {
+ public:
+  using DistributedError::DistributedError;
+};
+
 }  // namespace dpx

@@ -94,9 +94,6 @@ class ProcessGroup {
                                                   const ReduceScatterOptions& opts) = 0;
   virtual std::shared_ptr<Work> do_barrier() = 0;
 
-  // Throws "backend X does not support Y".
-  [[noreturn]] void unsupported(const std::string& what) const;
-
  private:
   void check_tensor(const at::Tensor& t, const char* op, const char* name) const;
   std::shared_ptr<Work> track(const char* op, const at::Tensor& t, std::shared_ptr<Work> work);
