@@ -13,6 +13,7 @@
 #include <cstdio>
 #include <fstream>
 
+#include "dpx/data/fashion_mnist.h"  // the data set, not part of dpx.h
 #include "dpx/dpx.h"
 
 namespace {

@@ -11,7 +11,6 @@
 #include "dpx/comm/work.h"
 #include "dpx/cuda.h"
 #include "dpx/data/distributed_sampler.h"
-#include "dpx/data/fashion_mnist.h"
 #include "dpx/env.h"
 #include "dpx/launch/error_handler.h"
 #include "dpx/launch/heartbeat.h"

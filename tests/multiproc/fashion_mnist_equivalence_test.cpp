@@ -3,6 +3,7 @@
 #include <sys/stat.h>
 #include <torch/torch.h>
 
+#include "dpx/data/fashion_mnist.h"
 #include "dpx/dpx.h"
 #include "harness.h"
 
