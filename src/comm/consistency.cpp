@@ -4,6 +4,7 @@
 
 #include <sstream>
 
+#include "comm/store/round.h"
 #include "dpx/comm/types.h"
 
 namespace dpx::detail {
@@ -91,16 +92,10 @@ void check_same(const CollectiveDescriptor& mine, const CollectiveDescriptor& th
 void check_settings_agree(Store& store, int rank, int size, const std::vector<Setting>& mine,
                           std::chrono::milliseconds timeout, const std::string& where) {
   if (size == 1) return;
-  // A new generation for each group built on this store, as in all_ranks_on_one_host.
-  const auto gen = std::to_string(store.add("settings/gen/" + std::to_string(rank), 1));
-  const std::string prefix = "settings/" + gen + "/";
-  store.set(prefix + std::to_string(rank), encode(mine));
-  std::vector<std::string> keys;
-  for (int r = 0; r < size; ++r) keys.push_back(prefix + std::to_string(r));
-  store.wait(keys, timeout);
+  const auto all = store_all_gather(store, "settings", rank, size, encode(mine), timeout);
   for (int r = 0; r < size; ++r) {
     if (r == rank) continue;
-    const std::vector<Setting> theirs = decode(store.get(keys[r]));
+    const std::vector<Setting> theirs = decode(all[r]);
     for (const auto& x : mine) {
       const std::string other = value_of(theirs, x.name);
       if (other == x.value) continue;

@@ -8,6 +8,7 @@
 
 #include "comm/backends.h"
 #include "comm/host_layout.h"
+#include "comm/store/round.h"
 
 namespace dpx::detail {
 namespace {
@@ -46,18 +47,8 @@ std::string host_identity() {
 }
 
 std::vector<std::string> gather_host_identities(const BackendArgs& args) {
-  const std::string mine = host_identity();
-  if (args.size == 1) return {mine};
-  Store& store = *args.store;
-  const auto gen = std::to_string(store.add("auto/gen/" + std::to_string(args.rank), 1));
-  const std::string prefix = "auto/" + gen + "/host/";
-  store.set(prefix + std::to_string(args.rank), mine);
-  std::vector<std::string> keys;
-  for (int r = 0; r < args.size; ++r) keys.push_back(prefix + std::to_string(r));
-  store.wait(keys, args.options.timeout);
-  std::vector<std::string> all;
-  for (const auto& k : keys) all.push_back(store.get(k));
-  return all;
+  return store_all_gather(*args.store, "auto", args.rank, args.size, host_identity(),
+                          args.options.timeout);
 }
 
 bool all_ranks_on_one_host(const BackendArgs& args) {

@@ -12,6 +12,7 @@
 #include <new>
 #include <vector>
 
+#include "comm/store/round.h"
 #include "dpx/comm/errors.h"
 
 namespace dpx::detail::shm {
@@ -144,8 +145,7 @@ std::unique_ptr<Segment> Segment::open(Store& store, int rank, int world,
                                        const SegmentOptions& options, const std::string& where) {
   const std::size_t slot = round_up(options.slot_bytes, kPage);
   const std::size_t bytes = data_offset(world) + 2 * slot * world;
-  const auto gen = std::to_string(store.add("shm/gen/" + std::to_string(rank), 1));
-  const std::string prefix = "shm/" + gen + "/";
+  const std::string prefix = next_round(store, "shm", rank);
   if (rank == 0) {
     return open_as_creator(store, prefix, bytes, world, slot, options, where);
   }

@@ -3,8 +3,8 @@
 // one still reads the last).
 //
 // Setup (Segment::open, collective over the group's store):
-//   1. Each rank takes a generation number g = add("shm/gen/<rank>", 1), so that several groups
-//      made on one store use different keys (ranks create groups in the same order).
+//   1. Each rank takes its next round g of "shm" (Note [Store rounds] in comm/store/round.h), so
+//      that several groups made on one store use different keys.
 //   2. Rank 0 creates an anonymous memory file (memfd_create), sizes it, reserves its memory
 //      (posix_fallocate), maps it, writes the header and sets "shm/<g>/name" to
 //      "/proc/<pid>/fd/<fd>" (or to "error:<message>" when any of that failed, so that every
