@@ -1,6 +1,6 @@
 #include "dpx/process.h"
 
-#include "comm/sigpipe.h"
+#include "sigpipe.h"
 
 namespace dpx {
 

@@ -1,4 +1,4 @@
-#include "comm/sigpipe.h"
+#include "sigpipe.h"
 
 #include <signal.h>
 
