@@ -78,7 +78,7 @@ TEST_P(Collectives, EveryOpAndDtypeExact) {
 }
 
 INSTANTIATE_TEST_SUITE_P(AllBackends, Collectives,
-                         ::testing::Combine(::testing::ValuesIn(test::backends()),
+                         ::testing::Combine(::testing::ValuesIn(test::host_backends()),
                                             ::testing::Values(1, 2, 3, 4)),
                          [](const auto& info) {
                            return std::get<0>(info.param) + "_world" +

@@ -15,21 +15,6 @@ namespace {
 constexpr int kWorld = 2;
 constexpr int kPerRank = 8;
 
-using Fn = std::function<void(int rank, std::shared_ptr<ProcessGroup> pg)>;
-
-// Runs fn on two ranks of each backend in turn.
-void on_two_ranks(const Fn& fn) {
-  for (const auto& backend : test::backends()) {
-    SCOPED_TRACE("backend " + backend);
-    test::StoreServer server;
-    test::expect_all_ok(test::run_processes(kWorld, [&](int rank) {
-      ProcessGroup::Options o;
-      o.timeout = std::chrono::seconds(30);
-      fn(rank, new_process_group(backend, server.client(), rank, kWorld, o));
-    }));
-  }
-}
-
 torch::Tensor mlp_loss(test::Mlp& m, const test::Batch& b) {
   return torch::nn::functional::cross_entropy(m->forward(b.x), b.y);
 }
@@ -53,7 +38,7 @@ std::vector<torch::Tensor> grads_of(test::Mlp& m) {
 }
 
 TEST(DdpNoSync, AccumulatesLocallyThenSynchronisesTheSum) {
-  on_two_ranks([](int rank, auto pg) {
+  test::on_each_backend(kWorld, [](int rank, auto pg) {
     auto batches = test::make_batches(3, kWorld, kPerRank, {16});
     torch::manual_seed(5);
     test::Mlp net;
@@ -93,7 +78,7 @@ TEST_P(CommHooks, GradientsWithinPrecision) {
   const auto hc = GetParam();
   for (double cap : {25.0, 0.0005}) {
   SCOPED_TRACE("bucket caps " + std::to_string(cap) + " MiB");
-  on_two_ranks([&](int rank, auto pg) {
+  test::on_each_backend(kWorld, [&](int rank, auto pg) {
     auto batches = test::make_batches(2, kWorld, kPerRank, {16});
     torch::manual_seed(5);
     test::Mlp net;
@@ -135,7 +120,7 @@ INSTANTIATE_TEST_SUITE_P(
 TEST(CommHooks, CompressedHooksGiveTheWireRoundedAverage) {
   for (auto wire : {at::kHalf, at::kBFloat16}) {
     SCOPED_TRACE(c10::toString(wire));
-    on_two_ranks([&](int rank, auto pg) {
+    test::on_each_backend(kWorld, [&](int rank, auto pg) {
       auto batch = test::make_batches(1, kWorld, kPerRank, {16})[0];
       torch::manual_seed(5);
       test::Mlp net;
@@ -164,7 +149,7 @@ TEST(CommHooks, CompressedHooksGiveTheWireRoundedAverage) {
 }
 
 TEST(DdpEval, ForwardsWithoutBackwardDoNotDisturbTraining) {
-  on_two_ranks([](int rank, auto pg) {
+  test::on_each_backend(kWorld, [](int rank, auto pg) {
     auto batches = test::make_batches(3, kWorld, kPerRank, {16});
     torch::manual_seed(5);
     test::Mlp net;
@@ -199,7 +184,7 @@ TEST(DdpEval, ForwardsWithoutBackwardDoNotDisturbTraining) {
 // DistributedDataParallel is a module holder like TORCH_MODULE's, its module the wrapped one's
 // parent: the names, modes and call syntax of any LibTorch module.
 TEST(DdpModule, IsAModuleHolderOfAModuleHoldingTheWrappedOne) {
-  on_two_ranks([](int rank, auto pg) {
+  test::on_each_backend(kWorld, [](int rank, auto pg) {
     test::Mlp net;
     DistributedDataParallel ddp(net, pg);
     static_assert(std::is_base_of_v<
@@ -239,7 +224,7 @@ class Join : public ::testing::TestWithParam<std::tuple<bool, int>> {};
 // reference reaches when the missing rank contributes nothing to the later steps.
 TEST_P(Join, UnevenInputsFinishWithTheLastRanksParameters) {
   const auto [by_initial, rank0_steps] = GetParam();
-  on_two_ranks([&, by_initial = by_initial, rank0_steps = rank0_steps](int rank, auto pg) {
+  test::on_each_backend(kWorld, [&, by_initial = by_initial, rank0_steps = rank0_steps](int rank, auto pg) {
     const int steps[kWorld] = {rank0_steps, 5};
     auto batches = test::make_batches(5, kWorld, kPerRank, {16});
     torch::manual_seed(5);
@@ -285,7 +270,7 @@ INSTANTIATE_TEST_SUITE_P(DivideByInitialWorldSizeAndRank0Steps, Join,
 // together; then rank 0 throws from join() and rank 1 from its third forward, with PyTorch's
 // messages. With even inputs nothing is thrown.
 TEST(Join, ThrowOnEarlyTerminationStopsEveryRank) {
-  on_two_ranks([](int rank, auto pg) {
+  test::on_each_backend(kWorld, [](int rank, auto pg) {
     auto batches = test::make_batches(4, kWorld, kPerRank, {16});
     torch::manual_seed(5);
     test::Mlp net;
@@ -321,7 +306,7 @@ TEST(Join, ThrowOnEarlyTerminationStopsEveryRank) {
 // Gradient accumulation inside join: no_sync micro-steps communicate nothing, so the joined
 // rank only shadows the synchronised ones.
 TEST(JoinWithNoSync, AccumulationStepsDoNotConfuseTheShadow) {
-  on_two_ranks([](int rank, auto pg) {
+  test::on_each_backend(kWorld, [](int rank, auto pg) {
     const int steps[kWorld] = {2, 4};
     auto batches = test::make_batches(8, kWorld, kPerRank, {16});  // 2 micro-batches per step
     torch::manual_seed(5);
@@ -366,7 +351,7 @@ TEST(JoinWithNoSync, AccumulationStepsDoNotConfuseTheShadow) {
 // SyncBatchNorm inside DDP: its collectives in forward and backward interleave with DDP's
 // bucket all-reduces, and training follows one BatchNorm over both ranks' batches.
 TEST(DdpSyncBatchNorm, TrainsAsBatchNormOverTheWholeBatch) {
-  on_two_ranks([](int rank, auto pg) {
+  test::on_each_backend(kWorld, [](int rank, auto pg) {
     auto batches = test::make_batches(3, kWorld, kPerRank, {16});
     auto make = [] {
       torch::manual_seed(9);
@@ -407,7 +392,7 @@ TEST(DdpSyncBatchNorm, TrainsAsBatchNormOverTheWholeBatch) {
 }
 
 TEST(DdpStats, BucketsIterationsAndTimes) {
-  on_two_ranks([](int rank, auto pg) {
+  test::on_each_backend(kWorld, [](int rank, auto pg) {
     torch::manual_seed(5);
     test::Mlp net;
     DistributedDataParallelOptions o;

@@ -85,26 +85,12 @@ void expect_sparse_coalesced(const torch::Tensor& grad) {
   EXPECT_TRUE(grad.is_coalesced());
 }
 
-using Fn = std::function<void(int rank, std::shared_ptr<ProcessGroup> pg)>;
-
-void on_ranks(int world, const Fn& fn) {
-  for (const auto& backend : test::backends()) {
-    SCOPED_TRACE("backend " + backend);
-    test::StoreServer server;
-    test::expect_all_ok(test::run_processes(world, [&](int rank) {
-      ProcessGroup::Options o;
-      o.timeout = std::chrono::seconds(30);
-      fn(rank, new_process_group(backend, server.client(), rank, world, o));
-    }));
-  }
-}
-
 // Three SGD steps under DDP against one process that sees every rank's share (the mean of the
 // ranks' mean losses is the loss of the whole batch, the shares being of equal size).
 void check_against_one_process(int world, const IdsOf& ids_of,
                                DistributedDataParallelOptions options) {
   constexpr int kSteps = 3;
-  on_ranks(world, [&](int rank, auto pg) {
+  test::on_each_backend(world, [&](int rank, auto pg) {
     auto shares = make_shares(kSteps, world, ids_of);
     auto net = make_net(true);
     DistributedDataParallel ddp(net, pg, options);
@@ -162,7 +148,7 @@ TEST(SparseDdp, WithGradientAsBucketViewOrStaticGraph) {
 
 TEST(SparseDdp, NoSyncAccumulatesSparseGradientsThenSynchronisesTheSum) {
   constexpr int kWorld = 2;
-  on_ranks(kWorld, [](int rank, auto pg) {
+  test::on_each_backend(kWorld, [](int rank, auto pg) {
     auto shares = make_shares(3, kWorld, [](int s, int r) { return random_ids(s, r, 0, 20, 4); });
     auto net = make_net(true);
     DistributedDataParallel ddp(net, pg);
@@ -212,7 +198,7 @@ TEST(SparseDdp, UnusedSparseParametersWithFindUnusedParameters) {
   constexpr int kWorld = 2;
   // Step 0: only rank 0 uses the bag; step 1: no rank; step 2: both.
   const auto uses_bag = [](int step, int rank) { return step == 2 || (step == 0 && rank == 0); };
-  on_ranks(kWorld, [&](int rank, auto pg) {
+  test::on_each_backend(kWorld, [&](int rank, auto pg) {
     auto shares =
         make_shares(3, kWorld, [](int s, int r) { return random_ids(s, r, 0, kVocab, 3); });
     torch::manual_seed(6);
@@ -257,7 +243,7 @@ TEST(SparseDdp, UnusedSparseParametersWithFindUnusedParameters) {
 // sparse contribution of no rows.
 TEST(SparseDdp, JoinShadowsSparseBuckets) {
   constexpr int kWorld = 2;
-  on_ranks(kWorld, [](int rank, auto pg) {
+  test::on_each_backend(kWorld, [](int rank, auto pg) {
     auto shares =
         make_shares(2, kWorld, [](int s, int r) { return random_ids(s, r, 0, kVocab, 3); });
     auto net = make_net(true);

@@ -166,7 +166,7 @@ struct Stage : torch::nn::SequentialImpl {
   torch::Tensor forward(torch::Tensor x) { return SequentialImpl::forward(x); }
 };
 
-TEST(ConvertSyncBatchnorm, ReplacesBatchNormsInSequentialsKeepingTheirTensors) {
+TEST(ConvertSyncBatchNorm, ReplacesBatchNormsInSequentialsKeepingTheirTensors) {
   auto pg = new_process_group("gloo", Store::hash(), 0, 1);
   auto inner = std::make_shared<Stage>(torch::nn::Linear(kChannels, kChannels),
                                        torch::nn::BatchNorm1d(kChannels));
@@ -194,7 +194,7 @@ TEST(ConvertSyncBatchnorm, ReplacesBatchNormsInSequentialsKeepingTheirTensors) {
   EXPECT_NE(std::dynamic_pointer_cast<SyncBatchNormImpl>(root), nullptr);
 }
 
-TEST(ConvertSyncBatchnorm, ABatchNormOutsideASequentialIsNamedAndNothingChanges) {
+TEST(ConvertSyncBatchNorm, ABatchNormOutsideASequentialIsNamedAndNothingChanges) {
   auto pg = new_process_group("gloo", Store::hash(), 0, 1);
   torch::nn::Sequential net(torch::nn::BatchNorm1d(kChannels), std::make_shared<Block>());
   const auto error =

@@ -205,4 +205,18 @@ std::shared_ptr<ProcessGroup> init_single_rank(std::optional<ProcessOptions> pro
 
 std::vector<std::string> backends() { return {"gloo", "shm"}; }
 
+std::vector<std::string> host_backends() { return {"gloo", "shm", "hierarchical"}; }
+
+void on_each_backend(int world,
+                     const std::function<void(int rank, std::shared_ptr<ProcessGroup> pg)>& fn) {
+  for (const auto& backend : backends()) {
+    SCOPED_TRACE("backend " + backend);
+    StoreServer server;
+    expect_all_ok(run_processes(world, [&](int rank) {
+      fn(rank, new_process_group(backend, server.client(), rank, world,
+                                 with_timeout(std::chrono::seconds(30))));
+    }));
+  }
+}
+
 }  // namespace dpx::test

@@ -73,7 +73,16 @@ ProcessGroup::Options with_timeout(std::chrono::milliseconds timeout);
 // A single-rank gloo group made by init_process_group, with `process` as InitOptions::process.
 std::shared_ptr<ProcessGroup> init_single_rank(std::optional<ProcessOptions> process);
 
-// The backends the collective tests run on.
+// The backends the DDP and fault tests run on (the reducer runs the same code over any group).
 std::vector<std::string> backends();
+
+// backends(), and the hierarchical backend, which on one host is shm inside plus a flat gloo
+// group: what the every-op collective tests run on.
+std::vector<std::string> host_backends();
+
+// Runs fn(rank, group) in `world` processes of each of backends() in turn, over a fresh store,
+// with collectives that time out after 30 s; a failure names the backend.
+void on_each_backend(int world,
+                     const std::function<void(int rank, std::shared_ptr<ProcessGroup> pg)>& fn);
 
 }  // namespace dpx::test

@@ -17,7 +17,7 @@ bool package_installed() {
                 &st) == 0;
 }
 
-TEST(FashionMNIST, ReadsThePackagesFiles) {
+TEST(FashionMnist, ReadsThePackagesFiles) {
   if (!package_installed()) {
     GTEST_SKIP() << "dataset-fashion-mnist is not installed (scripts/setup.sh installs it)";
   }
