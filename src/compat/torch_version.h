@@ -1,5 +1,5 @@
 // What differs between the LibTorch releases dpx supports (1.13 to 2.15), in one place
-// (STYLE.md #11): code elsewhere asks these names, never TORCH_VERSION_* itself.
+// (docs/architecture.md): code elsewhere asks these names, never TORCH_VERSION_* itself.
 #pragma once
 
 #include <string>

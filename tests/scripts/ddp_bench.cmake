@@ -1,4 +1,4 @@
-# Smoke run of `dpx-bench ddp` with tiny sizes, so the benchmark cannot rot (STYLE.md #9). It must
+# Smoke run of `dpx-bench ddp` with tiny sizes, so the benchmark cannot rot. It must
 # exit 0 and print the ratio against the retained-memory ceiling (both configurations ran).
 if(TARGET dpx-bench)
   add_test(NAME dpx_bench_ddp_smoke

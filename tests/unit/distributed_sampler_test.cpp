@@ -1,4 +1,4 @@
-// DistributedSampler against spec/sampler.md's reference values and PyTorch-generated goldens.
+// DistributedSampler against the reference values of Python's sampler and PyTorch-generated goldens.
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
