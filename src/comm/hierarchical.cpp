@@ -4,10 +4,10 @@
 
 #include <functional>
 
-#include "comm/backends.h"
+#include "comm/setup/factory.h"
 #include "comm/consistency.h"
 #include "comm/gloo/issuer.h"
-#include "comm/host_layout.h"
+#include "comm/setup/placement.h"
 #include "comm/shm/process_group_shm.h"
 #include "dpx/comm/errors.h"
 

@@ -4,7 +4,8 @@
 #include <netdb.h>
 #include <sys/socket.h>
 
-#include "comm/backends.h"
+#include "comm/setup/backend.h"
+#include "comm/setup/factory.h"
 #include "comm/init_url.h"
 #include "comm/rendezvous_store.h"
 #include "comm/store/job_token.h"
@@ -12,7 +13,6 @@
 #include "dpx/cuda.h"
 #include "dpx/env.h"
 #include "dpx/timeline.h"
-#include "env_read.h"
 
 namespace dpx {
 namespace {
@@ -127,14 +127,16 @@ Rendezvous rendezvous(const InitOptions& opts) {
   return r;
 }
 
-std::string pick_backend(const std::string& asked) {
-  std::string b = asked;
-  if (b == "auto") {
-    b = detail::env_string("DPX_BACKEND").value_or("auto");
-  }
-  TORCH_CHECK(b == "auto" || b == "shm" || b == "gloo" || b == "nccl" || b == "hierarchical",
-              "unknown backend '", b, "'; use auto, shm, gloo, hierarchical or nccl");
-  return b;
+// The one path from a parsed backend to a group; the stall inspector watches every group.
+std::shared_ptr<ProcessGroup> new_group(detail::Backend backend, std::shared_ptr<Store> store,
+                                        int rank, int size, ProcessGroup::Options options) {
+  TORCH_CHECK(store != nullptr, "new_process_group: the store is null");
+  check_rank(rank, size);
+  detail::BackendArgs args{store, rank, size, options};
+  args.options.device = cuda::local_device(args.options.device);  // "cuda": LOCAL_RANK's GPU
+  auto group = detail::make_group(backend, args);
+  group->start_stall_inspector(std::move(store));
+  return group;
 }
 
 }  // namespace
@@ -142,30 +144,19 @@ std::string pick_backend(const std::string& asked) {
 std::shared_ptr<ProcessGroup> new_process_group(const std::string& backend,
                                                 std::shared_ptr<Store> store, int rank, int size,
                                                 ProcessGroup::Options options) {
-  TORCH_CHECK(store != nullptr, "new_process_group: the store is null");
-  check_rank(rank, size);
-  const std::string b = pick_backend(backend);
-  detail::BackendArgs args{store, rank, size, options};
-  args.options.device = cuda::local_device(args.options.device);  // "cuda": LOCAL_RANK's GPU
-  std::shared_ptr<ProcessGroup> group;
-  if (!args.options.device.is_cpu() || b == "nccl") {
-    group = detail::make_device_group(b, args);
-  } else {
-    group = detail::make_cpu_group(b, args);
-  }
-  group->start_stall_inspector(std::move(store));
-  return group;
+  return new_group(detail::requested_backend(backend), std::move(store), rank, size, options);
 }
 
 std::shared_ptr<ProcessGroup> init_process_group(InitOptions opts) {
-  const std::string backend = pick_backend(opts.backend);  // bad names fail before connecting
+  // A bad name fails before any connection is made.
+  const detail::Backend backend = detail::requested_backend(opts.backend);
   if (opts.process) init_process(*opts.process);  // before any socket: Note [SIGPIPE]
   Rendezvous r = rendezvous(opts);
   auto store = Store::prefix(opts.group_name, r.store);
   ProcessGroup::Options pg;
   pg.timeout = opts.timeout;
   pg.device = opts.device;
-  auto group = new_process_group(backend, store, r.rank, r.world_size, pg);
+  auto group = new_group(backend, store, r.rank, r.world_size, pg);
   // Note [Timeline clocks] in src/timeline/clock.cpp: every rank of the group takes part.
   if (timeline::start_from_env(r.rank)) timeline::align_clock(*store, r.rank, r.world_size);
   return group;

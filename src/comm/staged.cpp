@@ -1,7 +1,7 @@
 // Device tensors over a host backend (Note [Staged collectives]).
 #include <c10/util/Exception.h>
 
-#include "comm/backends.h"
+#include "comm/setup/factory.h"
 #include "comm/copy_back_work.h"
 
 namespace dpx::detail {

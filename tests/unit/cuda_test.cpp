@@ -2,7 +2,6 @@
 // translation of NCCL errors, and the errors a machine without a GPU gives.
 #include <torch/torch.h>
 
-#include "comm/device_group.h"
 #include "comm/nccl/translate.h"
 #include "cuda/device.h"
 #include "dpx/dpx.h"
@@ -48,28 +47,6 @@ TEST(CudaDevice, WithoutGpusAskingForCudaFailsBeforeConnecting) {
   auto msg = test::expect_throws<c10::Error>(
       [&] { new_process_group("auto", Store::hash(), 0, 1, o); });
   EXPECT_THAT(msg, HasSubstr("sees no CUDA device"));
-}
-
-TEST(DeviceBackendChoice, AutoTakesNcclUnlessRanksShareAGpu) {
-  auto placed = [](bool one_host, bool shared) {
-    return [=] { return detail::Placement{one_host, shared}; };
-  };
-  EXPECT_EQ(detail::choose_device_backend("auto", true, placed(true, false)), "nccl");
-  EXPECT_EQ(detail::choose_device_backend("auto", true, placed(false, false)), "nccl");
-  EXPECT_EQ(detail::choose_device_backend("auto", true, placed(true, true)), "shm");
-  EXPECT_EQ(detail::choose_device_backend("auto", true, placed(false, true)), "gloo");
-  EXPECT_EQ(detail::choose_device_backend("auto", false, placed(true, false)), "shm");
-  EXPECT_EQ(detail::choose_device_backend("auto", false, placed(false, false)), "gloo");
-}
-
-TEST(DeviceBackendChoice, AnExplicitBackendIsKeptWithoutLookingAtPlacement) {
-  auto unused = []() -> detail::Placement {
-    ADD_FAILURE() << "placement gathered for an explicit backend";
-    return {};
-  };
-  for (const char* b : {"nccl", "shm", "gloo"}) {
-    EXPECT_EQ(detail::choose_device_backend(b, true, unused), b);
-  }
 }
 
 TEST(DeviceBackendChoice, NcclOnTheCpuIsAClearError) {

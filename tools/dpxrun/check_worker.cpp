@@ -9,9 +9,8 @@
 #include <torch/torch.h>
 
 #include "check.h"
-#include "comm/backends.h"
 #include "comm/gloo/device.h"
-#include "comm/host_layout.h"
+#include "comm/setup/choose.h"
 #include "comm/rendezvous_store.h"
 #include "compat/torch_version.h"
 #include "dpx/dpx.h"
@@ -149,10 +148,12 @@ int run_check_worker() {
     auto gloo = dpx::new_process_group("gloo", dpx::Store::prefix("check/gloo", s.store), s.rank,
                                        s.world_size, pg);
     tiny_allreduce(*gloo, report);
-    const auto layout = dpx::detail::host_layout(dpx::detail::gather_host_identities(
-        {dpx::Store::prefix("check/host", s.store), s.rank, s.world_size, pg}));
-    const bool one_host = layout.hosts() == 1;
-    const bool hierarchical = dpx::detail::choose_cpu_backend("auto", layout) == "hierarchical";
+    const auto placement = dpx::detail::gather_placement(
+        *dpx::Store::prefix("check/host", s.store), s.rank, s.world_size, at::kCPU, pg.timeout);
+    const auto picked = dpx::detail::choose_backend(dpx::detail::Backend::kAuto, false, false,
+                                                    [&]() -> const auto& { return placement; });
+    const bool one_host = placement.hosts.hosts() == 1;
+    const bool hierarchical = picked == dpx::detail::Backend::kHierarchical;
     const std::string forced = dpx::detail::env_string("DPX_BACKEND").value_or("");
     if (report.job_lead()) {
       report.info(!forced.empty() ? "backend: " + forced + " for every pair of ranks "

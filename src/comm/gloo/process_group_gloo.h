@@ -3,7 +3,7 @@
 
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 
-#include "comm/backends.h"
+#include "comm/setup/factory.h"
 #include "comm/consistency.h"
 #include "comm/gloo/issuer.h"
 #include "dpx/comm/process_group.h"

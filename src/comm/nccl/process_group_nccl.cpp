@@ -7,7 +7,7 @@
 #include <optional>
 #include <string>
 
-#include "comm/backends.h"
+#include "comm/setup/factory.h"
 #include "comm/consistency.h"
 #include "comm/nccl/translate.h"
 #include "dpx/comm/errors.h"

@@ -13,7 +13,7 @@
 #include <mutex>
 #include <thread>
 
-#include "comm/backends.h"
+#include "comm/setup/factory.h"
 #include "comm/shm/algorithms.h"
 #include "comm/shm/channel.h"
 #include "comm/shm/segment.h"

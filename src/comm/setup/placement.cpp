@@ -1,13 +1,13 @@
-// Host identities, and the `auto` backend choice on the CPU made from them.
+#include "comm/setup/placement.h"
+
+#include <c10/util/Exception.h>
 #include <unistd.h>
 
 #include <climits>
 #include <fstream>
-#include <string>
-#include <vector>
+#include <map>
+#include <set>
 
-#include "comm/backends.h"
-#include "comm/host_layout.h"
 #include "comm/store/round.h"
 
 namespace dpx::detail {
@@ -22,6 +22,28 @@ std::string namespace_of(const char* kind) {
 }
 
 }  // namespace
+
+bool HostLayout::shares_a_host() const {
+  for (const auto& ranks : ranks_of) {
+    if (ranks.size() > 1) return true;
+  }
+  return false;
+}
+
+HostLayout host_layout(const std::vector<std::string>& identities) {
+  TORCH_INTERNAL_ASSERT(!identities.empty(), "host_layout of no ranks");
+  HostLayout l;
+  std::map<std::string, int> host_index;
+  for (int r = 0; r < static_cast<int>(identities.size()); ++r) {
+    auto [it, added] = host_index.emplace(identities[r], l.hosts());
+    if (added) l.ranks_of.emplace_back();
+    auto& ranks = l.ranks_of[it->second];
+    l.host_of.push_back(it->second);
+    l.local_rank_of.push_back(static_cast<int>(ranks.size()));
+    ranks.push_back(r);
+  }
+  return l;
+}
 
 // Note [What a host is]
 // Two ranks are on one host when they share the hostname, the kernel (boot id), the network
@@ -46,24 +68,26 @@ std::string host_identity() {
          namespace_of("pid");
 }
 
-std::vector<std::string> gather_host_identities(const BackendArgs& args) {
-  return store_all_gather(*args.store, "auto", args.rank, args.size, host_identity(),
-                          args.options.timeout);
+std::string device_identity(const c10::Device& device) {
+  return device.is_cpu() ? "cpu" : std::to_string(device.index());
 }
 
-bool all_ranks_on_one_host(const BackendArgs& args) {
-  return host_layout(gather_host_identities(args)).hosts() == 1;
+Placement placement_of(const std::vector<std::string>& entries) {
+  std::vector<std::string> hosts;
+  std::set<std::string> seen;  // "host\ndevice"
+  Placement p;
+  for (const auto& e : entries) {
+    hosts.push_back(e.substr(0, e.find('\n')));
+    if (!seen.insert(e).second) p.device_shared = true;
+  }
+  p.hosts = host_layout(hosts);
+  return p;
 }
 
-std::shared_ptr<ProcessGroup> make_cpu_group(const std::string& backend,
-                                             const BackendArgs& args) {
-  if (backend == "shm") return make_shm_group(args);
-  if (backend == "gloo") return make_gloo_group(args);
-  const HostLayout layout = host_layout(gather_host_identities(args));
-  const std::string b = choose_cpu_backend(backend, layout);
-  if (b == "shm") return make_shm_group(args);
-  if (b == "gloo") return make_gloo_group(args);
-  return make_hierarchical_group(args, layout);
+Placement gather_placement(Store& store, int rank, int size, const c10::Device& device,
+                           std::chrono::milliseconds timeout) {
+  return placement_of(store_all_gather(store, "placement", rank, size,
+                                       host_identity() + "\n" + device_identity(device), timeout));
 }
 
 }  // namespace dpx::detail

@@ -1,0 +1,43 @@
+#include "comm/setup/factory.h"
+
+#include <c10/util/Exception.h>
+
+#include <optional>
+
+#include "comm/setup/choose.h"
+#include "dpx/comm/errors.h"
+#include "dpx/cuda.h"
+
+namespace dpx::detail {
+
+std::shared_ptr<ProcessGroup> make_group(Backend asked, const BackendArgs& args) {
+  const at::Device device = args.options.device;
+  const bool on_device = !device.is_cpu();
+  TORCH_CHECK(device.is_cuda() || (device.is_cpu() && asked != Backend::kNccl),
+              where(args.rank, args.size), "the ", to_string(asked), " backend on ", device, ": ",
+              asked == Backend::kNccl ? "nccl works on CUDA devices only; give "
+              "ProcessGroup::Options::device = cuda (or use shm or gloo on the CPU)" :
+              "dpx runs groups on the CPU or on CUDA devices");
+  std::optional<Placement> placement;
+  auto placed = [&]() -> const Placement& {
+    if (!placement) {
+      placement = gather_placement(*args.store, args.rank, args.size, device,
+                                   args.options.timeout);
+    }
+    return *placement;
+  };
+  const Backend b = choose_backend(asked, on_device, cuda::built(), placed);
+  if (b == Backend::kNccl) return make_nccl_group(args);
+  BackendArgs host = args;
+  host.options.device = at::kCPU;
+  std::shared_ptr<ProcessGroup> group;
+  switch (b) {
+    case Backend::kShm: group = make_shm_group(host); break;
+    case Backend::kGloo: group = make_gloo_group(host); break;
+    case Backend::kHierarchical: group = make_hierarchical_group(host, placed().hosts); break;
+    default: TORCH_INTERNAL_ASSERT(false, "choose_backend gave ", to_string(b));
+  }
+  return on_device ? make_staged_group(std::move(group), args.options) : group;
+}
+
+}  // namespace dpx::detail
