@@ -25,7 +25,7 @@ LAYERS = [
     ("observe", ["src/timeline/*", "include/dpx/timeline.h"]),
     ("comm", ["src/comm/*", "include/dpx/comm/*"]),
     ("data", ["src/data/*", "include/dpx/data/*"]),
-    ("parallel", ["src/parallel/*", "include/dpx/parallel/*"]),
+    ("parallel", ["src/parallel/*", "include/dpx/parallel/*", "src/amp/*", "include/dpx/amp/*"]),
     ("checkpoint, launch", ["src/checkpoint/*", "include/dpx/checkpoint/*", "src/launch/*",
                             "include/dpx/launch/*"]),
     ("programs", ["include/dpx/dpx.h", "tools/*", "bench/*", "examples/*"]),

@@ -1,6 +1,8 @@
 // Everything dpx offers, in one include.
 #pragma once
 
+#include "dpx/amp/autocast.h"
+#include "dpx/amp/grad_scaler.h"
 #include "dpx/checkpoint/checkpoint_file.h"
 #include "dpx/checkpoint/checkpointer.h"
 #include "dpx/comm/errors.h"
