@@ -6,6 +6,10 @@
 #include <cstdlib>
 #include <fstream>
 
+#include <nlohmann/json.hpp>
+
+#include <limits>
+
 #include "ddp_models.h"
 #include "dpx/dpx.h"
 #include "dpx/parallel/local_sgd.h"
@@ -219,6 +223,61 @@ TEST(PostLocalSgdAgainstPython, SameParametersOnEveryRank) {
   }
   EXPECT_FALSE(torch::allclose(read_floats(py.dir() + "/dpx_final_rank0.bin"),
                                read_floats(py.dir() + "/dpx_final_rank1.bin")));
+}
+
+std::vector<double> read_scales(const std::string& path) {
+  std::ifstream in(path);
+  return nlohmann::json::parse(in).get<std::vector<double>>();
+}
+
+// CPU bfloat16 autocast and GradScaler (init 2**10, growth every 2 clean steps; rank 0's loss
+// made inf at step 3, so every rank's averaged gradients are inf/nan there) against PyTorch's
+// DDP under torch.autocast("cpu", bfloat16) with torch.amp.GradScaler("cpu"): the same scale
+// after every step, the same parameters. PyTorch 1.13 has no CPU GradScaler (its GradScaler is
+// CUDA-only): on that build the test compares autocast alone.
+TEST(DdpAmpAgainstPython, AutocastAndGradScalerGiveSameScalesAndParameters) {
+  DPX_SKIP_WITHOUT_PYTHON();
+  const bool scaler = std::system(DPX_PYTHON " -c 'import torch; torch.amp.GradScaler(\"cpu\")'"
+                                  " >/dev/null 2>&1") == 0;
+  constexpr int kInfStep = 3;
+  PythonRun py(std::string(R"(, "amp": {"init_scale": 1024, "growth_interval": 2, "scaler": )") +
+               (scaler ? R"(true, "inf_steps": [3]})" : R"(false, "inf_steps": []})"));
+  ASSERT_TRUE(py.ok()) << "python reference failed:\n" << py.log();
+  test::StoreServer server;
+  test::expect_all_ok(test::run_processes(kWorld, [&](int rank) {
+    torch::set_num_threads(1);
+    auto pg = new_process_group("gloo", server.client(), rank, kWorld);
+    auto net = start_model(rank, py.init());
+    DistributedDataParallel ddp(net, pg);
+    torch::optim::SGD opt(ddp->parameters(), torch::optim::SGDOptions(kLr).momentum(kMomentum));
+    GradScaler gs({.init_scale = 1024, .growth_interval = 2, .enabled = scaler}, pg);
+    nlohmann::json scales = nlohmann::json::array();
+    for (int s = 0; s < kSteps; ++s) {
+      auto b = test::slice(py.data()[s], rank, kWorld);
+      opt.zero_grad();
+      torch::Tensor loss;
+      {
+        AutocastGuard autocast({.device_type = at::kCPU, .dtype = at::kBFloat16});
+        loss = torch::nn::functional::cross_entropy(ddp->forward(b.x), b.y);
+      }
+      if (scaler && rank == 0 && s == kInfStep) loss = loss * std::numeric_limits<float>::infinity();
+      gs.scale(loss).backward();
+      EXPECT_EQ(gs.step(opt), !scaler || s != kInfStep) << "step " << s;
+      gs.update();
+      scales.push_back(gs.get_scale());
+    }
+    if (rank == 0) {
+      write_raw(py.dir() + "/dpx_final.bin", flat_params(net));
+      std::ofstream(py.dir() + "/dpx_scales.json") << scales.dump();
+    }
+  }));
+  expect_same_params(py.dir() + "/python_final.bin", py.dir() + "/dpx_final.bin");
+  if (scaler) {
+    EXPECT_EQ(read_scales(py.dir() + "/dpx_scales.json"),
+              (std::vector<double>{1024, 2048, 2048, 1024, 1024, 2048}));
+    EXPECT_EQ(read_scales(py.dir() + "/dpx_scales.json"),
+              read_scales(py.dir() + "/python_scales.json"));
+  }
 }
 
 // A sparse Embedding feeding a Linear: Python's EmbNet in ddp_reference.py.

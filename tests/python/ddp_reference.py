@@ -11,6 +11,12 @@ Exchange format (readable by both sides, no pickle): raw little-endian arrays pl
                PostLocalSGDOptimizer with PeriodicModelAverager(P, W) around the SGD optimizer
   optional: "powersgd": {"rank": R, "start_iter": I}: DDP with powerSGD_hook (PowerSGDState's
                other defaults: error feedback, warm start, seed 0)
+  optional: "amp": {"scaler": true|false, "init_scale": S, "growth_interval": G,
+               "inf_steps": [..]}: forward and loss under torch.autocast("cpu", bfloat16); with
+               "scaler", torch.amp.GradScaler("cpu") scales the loss and steps the optimizer;
+               rank 0's loss is multiplied by inf at the "inf_steps" (so every rank's gradients
+               turn inf/nan after the all-reduce). Rank 0 writes python_scales.json: the scale
+               after each step's update().
   optional: "embedding": {"vocab": V, "dim": D, "classes": C, "tokens": T}: the model is
                EmbNet (a sparse Embedding and a Linear) instead of Cnn; x.bin then holds
                S * W * B bags of T token ids, int64, and "sample_shape" is [T]
@@ -114,13 +120,35 @@ def worker(rank, world, folder):
     x = read(os.path.join(folder, "x.bin"), torch.int64 if embedding else torch.float32).view(
         [steps, world * per_rank] + meta["sample_shape"])
     y = read(os.path.join(folder, "y.bin"), torch.int64).view(steps, world * per_rank)
+    amp = meta.get("amp")
+    scaler = None
+    if amp and amp["scaler"]:
+        scaler = torch.amp.GradScaler("cpu", init_scale=amp["init_scale"],
+                                      growth_interval=amp["growth_interval"])
+    scales = []
     for s in range(steps):
         xs = x[s, rank * per_rank:(rank + 1) * per_rank]
         ys = y[s, rank * per_rank:(rank + 1) * per_rank]
         opt.zero_grad()
-        F.cross_entropy(ddp(xs), ys).backward()
-        opt.step()
+        if amp:
+            with torch.autocast("cpu", dtype=torch.bfloat16):
+                loss = F.cross_entropy(ddp(xs), ys)
+            if rank == 0 and s in amp["inf_steps"]:
+                loss = loss * float("inf")
+            if scaler:
+                scaler.scale(loss).backward()
+                scaler.step(opt)
+                scaler.update()
+                scales.append(scaler.get_scale())
+            else:
+                loss.backward()
+                opt.step()
+        else:
+            F.cross_entropy(ddp(xs), ys).backward()
+            opt.step()
         say(rank, "step %d done" % s)
+    if amp and rank == 0:
+        json.dump(scales, open(os.path.join(folder, "python_scales.json"), "w"))
     names = ["python_final.bin"] if rank == 0 else []
     if local_sgd:
         names.append("python_final_rank%d.bin" % rank)
