@@ -5,6 +5,7 @@
 
 #include <cstring>
 #include <map>
+#include <optional>
 #include <utility>
 
 #include "dpx/checkpoint/checkpoint_file.h"
