@@ -187,7 +187,9 @@ void Reducer::copy_grad_to_bucket(std::size_t index) {
                 grad.sizes(), " and dtype ", grad.scalar_type(), ", but the parameter has ",
                 view.sizes(), " and ", view.scalar_type());
     if (divisor != 1.0) {
-      at::mul_out(view, grad, at::scalar_tensor(1.0 / divisor, grad.options()));
+      // 1/world as a double scalar, as PyTorch's reducer multiplies: kernels take it in their
+      // compute type (float for bfloat16), where bf16(1/3) would bias every average by 0.2%.
+      at::mul_out(view, grad, at::scalar_tensor(1.0 / divisor, at::kDouble));
     } else {
       view.copy_(grad);
     }
