@@ -1,7 +1,8 @@
 // A Work that, once the collective under it has finished, copies its result to where the caller
-// wants it, exactly once: in wait(), or in the is_completed() that first sees it done. The staged
-// groups (device tensors over a host group) and DDP's control tensors (host tensors over a
-// device group) use it.
+// wants it, exactly once, in wait(): on the waiting thread (and, for a device, its current
+// stream). is_completed() only looks: the stall inspector asks it from its own thread, where a
+// copy would run on the wrong stream, under the inspector's lock. The staged groups (device
+// tensors over a host group) and DDP's control tensors (host tensors over a device group) use it.
 #pragma once
 
 #include <functional>
@@ -23,11 +24,7 @@ class CopyBackWork : public Work {
     finish();
   }
   using Work::wait;
-  bool is_completed() override {
-    if (!inner_->is_completed()) return false;
-    if (!inner_->exception()) finish();  // a failed collective leaves the tensor as it was
-    return true;
-  }
+  bool is_completed() override { return inner_->is_completed(); }
   std::exception_ptr exception() override { return inner_->exception(); }
 
  private:

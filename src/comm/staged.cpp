@@ -12,7 +12,7 @@ namespace {
 // still run collectives on device tensors: each call copies its input into a host buffer
 // (pinned, for CUDA: the copies are DMA, and LibTorch caches pinned blocks), runs the host
 // group's collective on it, and copies the result back once the host collective has finished
-// (CopyBackWork: in wait(), or in the is_completed() that first sees it done). The copy out is
+// (CopyBackWork: in wait(), never in is_completed()). The copy out is
 // blocking and ordered after the work queued on the current stream; the copy back is queued on
 // the waiting thread's current stream, so what follows there sees the result. Nothing else
 // touches the device: this file is device-agnostic.

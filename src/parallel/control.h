@@ -18,8 +18,7 @@ namespace dpx::detail {
 // is copied back into the CPU tensor before the caller sees it; on a CPU group, on the tensor
 // itself. The callers stay device-agnostic.
 
-// Asynchronous: `cpu` holds the result once the returned Work's wait() (or is_completed())
-// has returned.
+// Asynchronous: `cpu` holds the result once the returned Work's wait() has returned.
 std::shared_ptr<Work> control_allreduce(ProcessGroup& pg, at::Tensor& cpu,
                                         ReduceOp op = ReduceOp::kSum);
 // Blocking; `timeout` nullopt is the group's.

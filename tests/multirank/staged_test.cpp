@@ -58,15 +58,19 @@ TEST(Staged, HostStagingGivesExactResultsOnThreeRanks) {
   for (int r = 0; r < 3; ++r) EXPECT_EQ(errors[r], "") << "rank " << r;
 }
 
-TEST(Staged, ResultLandsWhenIsCompletedFirstSeesTheCollectiveDone) {
+// is_completed() has no side effects (the stall inspector calls it from its own thread): the
+// result lands in the caller's tensor in wait(), on the waiting thread.
+TEST(Staged, IsCompletedOnlyLooksAndWaitCopiesTheResultBack) {
   auto store = Store::hash();
   auto errors = test::run_threads(2, [&](int rank) {
     auto pg = detail::make_staged_group(new_process_group("shm", store, rank, 2), {});
     auto t = at::full({64}, float(rank + 1));
     auto work = pg->allreduce(t);
     while (!work->is_completed()) std::this_thread::yield();
+    EXPECT_TRUE(t.equal(at::full({64}, float(rank + 1))));  // untouched until wait()
+    work->wait();
     EXPECT_TRUE(t.equal(at::full({64}, 3.0f)));
-    work->wait();  // after is_completed(): no second copy, same result
+    work->wait();  // a second wait copies nothing again
     EXPECT_TRUE(t.equal(at::full({64}, 3.0f)));
   });
   for (int r = 0; r < 2; ++r) EXPECT_EQ(errors[r], "") << "rank " << r;
