@@ -5,6 +5,7 @@
 #include <cstdlib>
 
 #include "comm/setup/choose.h"
+#include "dpx/cuda.h"
 #include "expect_throws.h"
 
 namespace dpx::detail {
@@ -88,7 +89,16 @@ TEST(BackendChoice, PlacementTellsHostsAndSharedDevicesApart) {
   EXPECT_TRUE(placement_of({"h1\n0", "h2\n1", "h1\n0"}).device_shared);
   EXPECT_TRUE(placement_of({"h\ncpu", "h\ncpu"}).device_shared);
   EXPECT_EQ(device_identity(at::kCPU), "cpu");
-  EXPECT_EQ(device_identity(at::Device("cuda:3")), "3");
+}
+
+// Two ranks with CUDA_VISIBLE_DEVICES of their own both say cuda:0: only the bus id tells
+// whether they share the GPU. Needs a GPU (the driver answers); the pure part is above.
+TEST(BackendChoice, AGpuIsNamedByItsPciBusIdNotItsIndex) {
+  if (cuda::device_count() == 0) GTEST_SKIP() << "no CUDA device: the driver's PCI bus id";
+  const std::string id = device_identity(at::Device("cuda:0"));
+  EXPECT_NE(id, "cuda:0");
+  EXPECT_EQ(id.size(), std::string("0000:00:00.0").size()) << id;
+  EXPECT_EQ(id[4], ':') << id;
 }
 
 TEST(BackendChoice, NamesAreParsedOnceAndABadOneListsTheGoodOnes) {

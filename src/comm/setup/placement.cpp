@@ -9,6 +9,7 @@
 #include <set>
 
 #include "comm/store/round.h"
+#include "cuda/device.h"
 
 namespace dpx::detail {
 namespace {
@@ -69,7 +70,7 @@ std::string host_identity() {
 }
 
 std::string device_identity(const c10::Device& device) {
-  return device.is_cpu() ? "cpu" : std::to_string(device.index());
+  return device.is_cpu() ? "cpu" : gpu_identity(device.index());
 }
 
 Placement placement_of(const std::vector<std::string>& entries) {

@@ -39,7 +39,8 @@ struct Placement {
 // "hostname/boot id/net namespace/pid namespace": equal for two processes on one host.
 std::string host_identity();
 
-// What tells two ranks' devices apart on one host: "cpu", or the CUDA device's index.
+// What tells two ranks' devices apart on one host: "cpu", or the GPU's PCI bus id (an index
+// repeats across ranks with CUDA_VISIBLE_DEVICES of their own).
 std::string device_identity(const c10::Device& device);
 
 // `entries[r]` is rank r's "<host identity>\n<device identity>".
