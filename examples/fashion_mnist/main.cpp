@@ -26,7 +26,6 @@ struct Flags {
   std::string checkpoint_dir = "fashion_mnist_checkpoints";
   int64_t checkpoint_every = 200;  // steps; and at each epoch's end
   std::string metrics_file = "fashion_mnist_metrics.jsonl";
-  std::string model_out = "fashion_mnist_model.pt";  // the final weights, for Python too
   std::string data_dir = dpx::FashionMNIST::kDefaultRoot;
   int64_t max_steps = -1;    // stop once this many steps were taken in total (smoke tests)
   int64_t train_limit = -1;  // use only the first N training and N/6 test images (smoke tests)
@@ -64,8 +63,6 @@ void add_flags(CLI::App& app, Flags& f) {
   app.add_option("--checkpoint-every", f.checkpoint_every, "steps between checkpoints")
       ->check(integer_at_least(1));
   app.add_option("--metrics-file", f.metrics_file, "JSON lines appended by rank 0");
-  app.add_option("--model-out", f.model_out, "final state_dict, torch.save's format (.pt) or "
-                 ".safetensors; written by rank 0; empty: none");
   app.add_option("--data-dir", f.data_dir, "the directory of the IDX .gz files")
       ->check(CLI::ExistingDirectory);
   app.add_option("--max-steps", f.max_steps, "stop after this many steps in all (-1: no limit)")
@@ -231,8 +228,6 @@ int run(const Flags& flags) {
                                {"elapsed_s", seconds()}});
     }
   }
-  // The trained weights in a file Python loads: torch.load(path, weights_only=True).
-  if (lead && !flags.model_out.empty()) dpx::save_state_dict(*net, flags.model_out);
   return 0;
 }
 

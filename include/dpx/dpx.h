@@ -5,7 +5,6 @@
 #include "dpx/amp/grad_scaler.h"
 #include "dpx/checkpoint/checkpoint_file.h"
 #include "dpx/checkpoint/checkpointer.h"
-#include "dpx/checkpoint/state_dict.h"
 #include "dpx/comm/errors.h"
 #include "dpx/comm/init.h"
 #include "dpx/comm/process_group.h"

@@ -16,15 +16,7 @@ run() {
 }
 fail() { echo "FAILED: $*"; exit 1; }
 
-run --max-steps 6 --model-out "$work/model.pt"
-[ -s "$work/model.pt" ] || fail "no final model"
-for py in "$root/.venv/bin/python" /usr/bin/python3; do  # either PyTorch reads it
-  if "$py" -c "import torch" 2>/dev/null; then
-    "$py" -c "import sys, torch; sd = torch.load(sys.argv[1], weights_only=True)
-assert sd['conv1.weight'].shape == (32, 1, 3, 3), sd.keys()" "$work/model.pt" ||
-      fail "$py cannot load the final model"
-  fi
-done
+run --max-steps 6
 ls "$work/ckpt"/checkpoint-000000000006.dpx >/dev/null || fail "no checkpoint at step 6"
 grep -q '"type":"train"' "$work/metrics.jsonl" || fail "no training metrics"
 grep -q '"type":"eval"' "$work/metrics.jsonl" || fail "no evaluation metrics"
