@@ -5,7 +5,6 @@
 
 #include <cstring>
 #include <map>
-#include <optional>
 #include <utility>
 
 #include "dpx/checkpoint/checkpoint_file.h"
