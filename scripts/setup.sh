@@ -48,15 +48,11 @@ has_torch() {
   "$venv/bin/python" -c "import torch, sys; sys.exit(not torch.__version__.startswith('$torch_version.'))" \
     >/dev/null 2>&1
 }
-# numpy: not a torch requirement, but PyTorch's PowerSGD hook (an oracle of the tests) needs it;
-# safetensors: the oracle of dpx's safetensors files (both LibTorch builds' tests use this one).
+# numpy: not a torch requirement, but PyTorch's PowerSGD hook (an oracle of the tests) needs it.
 ensure_numpy() {
   "$venv/bin/python" -c "import numpy" >/dev/null 2>&1 ||
     "$venv/bin/python" -m pip install -q numpy >>"$venv/pip.log" 2>&1 ||
     echo "setup: numpy did not install into $venv (see $venv/pip.log): the PowerSGD oracle test will skip"
-  "$venv/bin/python" -c "import safetensors" >/dev/null 2>&1 ||
-    "$venv/bin/python" -m pip install -q safetensors >>"$venv/pip.log" 2>&1 ||
-    echo "setup: safetensors did not install into $venv (see $venv/pip.log): the safetensors oracle test will skip"
 }
 if [ "${DPX_TORCH:-}" = "1.13" ]; then
   exit 0

@@ -30,12 +30,8 @@ struct CheckpointWriteOptions {
   size_t partial_bytes = 64;
 };
 
-// Writes `bytes` atomically: <path>.tmp.<pid>, write, fsync, rename over <path>, fsync the
-// directory. After a crash at any point, <path> is either absent, or the old or the new file.
-void write_file_atomically(const std::string& path, const std::string& bytes,
-                           const CheckpointWriteOptions& options = {});
-
-// write_file_atomically of the header and `payload`.
+// Writes atomically: <path>.tmp.<pid>, write, fsync, rename over <path>, fsync the directory.
+// After a crash at any point, <path> is either absent, or the old or the new complete file.
 void write_checkpoint_file(const std::string& path, const std::string& payload,
                            const CheckpointWriteOptions& options = {});
 
