@@ -3,6 +3,7 @@
 
 #include "dpx/checkpoint/checkpoint_file.h"
 #include "dpx/checkpoint/checkpointer.h"
+#include "dpx/checkpoint/python_format.h"
 #include "dpx/comm/errors.h"
 #include "dpx/comm/init.h"
 #include "dpx/comm/process_group.h"
