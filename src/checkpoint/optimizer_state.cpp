@@ -48,7 +48,8 @@ Dict adam_state(const State& s) {
 }
 
 template <class State>
-std::unique_ptr<torch::optim::OptimizerParamState> adam_state_from(const Dict& d, c10::Device device) {
+std::unique_ptr<torch::optim::OptimizerParamState> adam_state_from(const Dict& d,
+                                                                   c10::Device device) {
   auto s = std::make_unique<State>();
   const auto step = d.at("step");
   s->step(step.isTensor() ? static_cast<int64_t>(step.toTensor().item<double>()) : step.toInt());
@@ -64,8 +65,10 @@ Kind kind_of(const torch::optim::Optimizer& o) {
   if (dynamic_cast<const torch::optim::SGD*>(&o)) return Kind::kSgd;
   if (dynamic_cast<const torch::optim::Adam*>(&o)) return Kind::kAdam;
   if (dynamic_cast<const torch::optim::AdamW*>(&o)) return Kind::kAdamW;
-  TORCH_CHECK(false, "Python-format checkpoints map the state of SGD, Adam and AdamW only; this "
-              "optimizer is ", typeid(o).name(), ": use the dpx format (CheckpointFormat::kDpx)");
+  TORCH_CHECK(false,
+              "Python-format checkpoints map the state of SGD, Adam and AdamW only; this "
+              "optimizer is ",
+              typeid(o).name(), ": use the dpx format (CheckpointFormat::kDpx)");
 }
 
 }  // namespace
@@ -102,11 +105,11 @@ c10::IValue optimizer_state_dict(const torch::optim::Optimizer& optimizer) {
                    static_cast<const torch::optim::SGDParamState&>(*it->second).momentum_buffer());
           state.insert(index, d);
         } else if (kind == Kind::kAdam) {
-          state.insert(index, adam_state(static_cast<const torch::optim::AdamParamState&>(
-                                  *it->second)));
+          state.insert(index,
+                       adam_state(static_cast<const torch::optim::AdamParamState&>(*it->second)));
         } else {
-          state.insert(index, adam_state(static_cast<const torch::optim::AdamWParamState&>(
-                                  *it->second)));
+          state.insert(index,
+                       adam_state(static_cast<const torch::optim::AdamWParamState&>(*it->second)));
         }
       }
       params.push_back(index++);

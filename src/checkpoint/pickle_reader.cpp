@@ -2,6 +2,7 @@
 // torch.save writes, refusing every global outside a short allow-list.
 #include <ATen/ATen.h>
 
+#include <cstdint>
 #include <cstring>
 #include <map>
 #include <optional>
@@ -35,8 +36,7 @@ std::optional<c10::ScalarType> storage_dtype(const std::string& global) {
     const auto t = static_cast<c10::ScalarType>(i);
     try {
       if (storage_type_name(t) == name) return t;
-    } catch (const c10::Error&) {
-    }
+    } catch (const c10::Error&) {}
   }
   return std::nullopt;
 }
@@ -95,11 +95,12 @@ class Reader {
   static Item value(c10::IValue v) { return Item{Item::kValue, std::move(v), {}, {}}; }
   static Item tuple(std::vector<Item> xs) { return Item{Item::kTuple, {}, {}, std::move(xs)}; }
 
-  c10::IValue to_ivalue(const Item& it) {
+  c10::IValue to_ivalue(const Item& it, int depth = 0) {
     if (it.kind == Item::kGlobal) fail("a bare global " + it.global + " is not a value");
     if (it.kind == Item::kValue) return it.value;
+    if (depth > 1000) fail("tuples nested deeper than 1000");
     std::vector<c10::IValue> xs;
-    for (const auto& x : it.items) xs.push_back(to_ivalue(x));
+    for (const auto& x : it.items) xs.push_back(to_ivalue(x, depth + 1));
     return c10::ivalue::Tuple::create(std::move(xs));
   }
   std::vector<int64_t> ints(const Item& it, const char* what) {
@@ -154,9 +155,7 @@ Item Reader::persistent(const Item& pid) {
   if (!dtype) fail("unknown storage type " + pid.items[1].global);
   const std::string key = pid.items[2].value.toStringRef();
   auto found = storages_.find(key);
-  if (found == storages_.end()) {
-    found = storages_.emplace(key, load_(key, *dtype)).first;
-  }
+  if (found == storages_.end()) { found = storages_.emplace(key, load_(key, *dtype)).first; }
   return value(found->second);
 }
 
@@ -182,7 +181,11 @@ Item Reader::reduce(const Item& callable, const Item& args) {
   for (size_t i = 0; i < size.size(); ++i) {
     if (size[i] < 0 || stride[i] < 0) fail("negative tensor size or stride");
     if (size[i] == 0) last = -1;
-    if (last >= 0) last += (size[i] - 1) * stride[i];
+    if (last >= 0 && size[i] > 1) {
+      if (stride[i] > (INT64_MAX - last) / (size[i] - 1))
+        fail("tensor size times stride overflows");
+      last += (size[i] - 1) * stride[i];
+    }
   }
   if (offset < 0 || last >= storage.numel()) {
     fail("tensor view reaches past its storage of " + std::to_string(storage.numel()) +
@@ -193,11 +196,12 @@ Item Reader::reduce(const Item& callable, const Item& args) {
 
 void Reader::opcode(char op) {
   switch (op) {
-    case '\x80': take(1); break;                    // PROTO
-    case '.': done_ = true; break;                  // STOP
+    case '\x80': take(1); break;                       // PROTO
+    case '.': done_ = true; break;                     // STOP
     case '(': marks_.push_back(stack_.size()); break;  // MARK
-    case '}': stack_.push_back(value(c10::impl::GenericDict(c10::AnyType::get(),
-                                                            c10::AnyType::get()))); break;
+    case '}':
+      stack_.push_back(value(c10::impl::GenericDict(c10::AnyType::get(), c10::AnyType::get())));
+      break;
     case ']': stack_.push_back(value(c10::impl::GenericList(c10::AnyType::get()))); break;
     case ')': stack_.push_back(tuple({})); break;
     case 'N': stack_.push_back(value(c10::IValue())); break;
@@ -226,7 +230,8 @@ void Reader::opcode(char op) {
       stack_.push_back(value(d));
       break;
     }
-    case 'X': case 'T': {  // BINUNICODE, BINSTRING
+    case 'X':
+    case 'T': {  // BINUNICODE, BINSTRING
       const uint32_t n = le<uint32_t>();
       stack_.push_back(value(std::string(take(n), n)));
       break;
@@ -241,30 +246,56 @@ void Reader::opcode(char op) {
       bool ok = storage_dtype(full).has_value();
       for (const char* g : kAllowedGlobals) ok = ok || full == g;
       if (!ok) {
-        fail("refusing to load global '" + full + "': only tensors, OrderedDict and plain "
+        fail("refusing to load global '" + full +
+             "': only tensors, OrderedDict and plain "
              "values are loaded (as torch.load(weights_only=True) does)");
       }
       stack_.push_back(Item{Item::kGlobal, {}, full, {}});
       break;
     }
     case 't': stack_.push_back(tuple(pop_to_mark())); break;
-    case '\x85': { auto a = pop(); stack_.push_back(tuple({std::move(a)})); break; }
-    case '\x86': { auto b = pop(), a = pop(); stack_.push_back(tuple({a, b})); break; }
+    case '\x85': {
+      auto a = pop();
+      stack_.push_back(tuple({std::move(a)}));
+      break;
+    }
+    case '\x86': {
+      auto b = pop(), a = pop();
+      stack_.push_back(tuple({a, b}));
+      break;
+    }
     case '\x87': {
       auto c = pop(), b = pop(), a = pop();
       stack_.push_back(tuple({a, b, c}));
       break;
     }
-    case 'R': { auto args = pop(), f = pop(); stack_.push_back(reduce(f, args)); break; }
+    case 'R': {
+      auto args = pop(), f = pop();
+      stack_.push_back(reduce(f, args));
+      break;
+    }
     case 'b': pop(); break;  // BUILD: OrderedDict's _metadata attribute, not needed here
-    case 'Q': { auto pid = pop(); stack_.push_back(persistent(pid)); break; }
-    case 's': { auto v = pop(), k = pop(); set_items({k, v}); break; }
+    case 'Q': {
+      auto pid = pop();
+      stack_.push_back(persistent(pid));
+      break;
+    }
+    case 's': {
+      auto v = pop(), k = pop();
+      set_items({k, v});
+      break;
+    }
     case 'u': set_items(pop_to_mark()); break;
-    case 'a': { auto v = pop(); append({v}); break; }
+    case 'a': {
+      auto v = pop();
+      append({v});
+      break;
+    }
     case 'e': append(pop_to_mark()); break;
     case 'q': memo_[le<uint8_t>()] = top(); break;
     case 'r': memo_[le<uint32_t>()] = top(); break;
-    case 'h': case 'j': {
+    case 'h':
+    case 'j': {
       const uint32_t i = op == 'h' ? le<uint8_t>() : le<uint32_t>();
       const auto it = memo_.find(i);
       if (it == memo_.end()) fail("malformed pickle: memo entry " + std::to_string(i) + " unset");
@@ -283,8 +314,8 @@ void Reader::opcode(char op) {
 
 c10::IValue Reader::run() {
   while (!done_) opcode(*take(1));
-  if (stack_.size() != 1) fail("malformed pickle: stack holds " +
-                               std::to_string(stack_.size()) + " items at STOP");
+  if (stack_.size() != 1)
+    fail("malformed pickle: stack holds " + std::to_string(stack_.size()) + " items at STOP");
   return to_ivalue(stack_.back());
 }
 

@@ -16,9 +16,9 @@ struct StorageName {
 };
 
 constexpr StorageName kStorageNames[] = {
-    {c10::kFloat, "Float"},   {c10::kDouble, "Double"}, {c10::kHalf, "Half"},
-    {c10::kBFloat16, "BFloat16"}, {c10::kLong, "Long"}, {c10::kInt, "Int"},
-    {c10::kShort, "Short"},   {c10::kChar, "Char"},     {c10::kByte, "Byte"},
+    {c10::kFloat, "Float"},       {c10::kDouble, "Double"}, {c10::kHalf, "Half"},
+    {c10::kBFloat16, "BFloat16"}, {c10::kLong, "Long"},     {c10::kInt, "Int"},
+    {c10::kShort, "Short"},       {c10::kChar, "Char"},     {c10::kByte, "Byte"},
     {c10::kBool, "Bool"},
 };
 
@@ -79,8 +79,10 @@ class Writer {
   }
 
   void tensor(const at::Tensor& t) {
-    TORCH_CHECK(!t.is_sparse() && !t.is_quantized(), "torch.save writer: only dense tensors are "
-                "written, got layout ", t.layout());
+    TORCH_CHECK(!t.is_sparse() && !t.is_quantized(),
+                "torch.save writer: only dense tensors are "
+                "written, got layout ",
+                t.layout());
     const at::Tensor data = t.detach().to(c10::kCPU).contiguous();
     const std::string key = std::to_string(storages_.size());
     storages_.push_back(data);
@@ -97,7 +99,7 @@ class Writer {
     integer(0);  // storage offset
     int_tuple(data.sizes());
     int_tuple(data.strides());
-    out_ += '\x89';  // requires_grad False
+    out_ += '\x89';                        // requires_grad False
     global("collections", "OrderedDict");  // backward hooks: OrderedDict()
     out_ += ")R";
     out_ += "tR";

@@ -19,7 +19,7 @@ struct DtypeName {
 };
 
 constexpr DtypeName kDtypes[] = {
-    {c10::kDouble, "F64"}, {c10::kFloat, "F32"}, {c10::kHalf, "F16"}, {c10::kBFloat16, "BF16"},
+    {c10::kDouble, "F64"}, {c10::kFloat, "F32"}, {c10::kHalf, "F16"},  {c10::kBFloat16, "BF16"},
     {c10::kLong, "I64"},   {c10::kInt, "I32"},   {c10::kShort, "I16"}, {c10::kChar, "I8"},
     {c10::kByte, "U8"},    {c10::kBool, "BOOL"},
 };
@@ -73,9 +73,11 @@ std::vector<std::pair<std::string, at::Tensor>> safetensors_load(const std::stri
   uint64_t n = 0;
   if (bytes.size() >= 8) std::memcpy(&n, bytes.data(), 8);
   if (bytes.size() < 8 || n > bytes.size() - 8 || n < 2 || bytes[8] != '{') {
-    throw CheckpointError(what + ": not a safetensors file (truncated, or its 8-byte header "
-                          "length " + std::to_string(n) + " does not fit the " +
-                          std::to_string(bytes.size()) + "-byte file)");
+    throw CheckpointError(what +
+                          ": not a safetensors file (truncated, or its 8-byte header "
+                          "length " +
+                          std::to_string(n) + " does not fit the " + std::to_string(bytes.size()) +
+                          "-byte file)");
   }
   const size_t base = 8 + n;
   std::vector<std::pair<std::string, at::Tensor>> out;
@@ -97,7 +99,8 @@ std::vector<std::pair<std::string, at::Tensor>> safetensors_load(const std::stri
       const uint64_t nbytes = numel * c10::elementSize(d->dtype);
       if (offsets.size() != 2 || offsets[0] > offsets[1] || offsets[1] - offsets[0] != nbytes ||
           offsets[1] > bytes.size() - base) {
-        throw CheckpointError(what + ": tensor " + name + " has data_offsets that do not match "
+        throw CheckpointError(what + ": tensor " + name +
+                              " has data_offsets that do not match "
                               "its shape or reach past the end of the file (truncated?)");
       }
       auto t = at::empty(shape, at::TensorOptions(d->dtype));

@@ -37,7 +37,8 @@ std::vector<std::pair<std::string, at::Tensor>> tensors_of(const c10::IValue& v,
 
 std::vector<std::pair<std::string, at::Tensor>> state_dict(const torch::nn::Module& module) {
   std::vector<std::pair<std::string, at::Tensor>> out;
-  for (const auto& p : module.named_parameters(/*recurse=*/true)) out.emplace_back(p.key(), p.value());
+  for (const auto& p : module.named_parameters(/*recurse=*/true))
+    out.emplace_back(p.key(), p.value());
   for (const auto& b : module.named_buffers(/*recurse=*/true)) out.emplace_back(b.key(), b.value());
   return out;
 }
@@ -55,8 +56,8 @@ void save_state_dict(const torch::nn::Module& module, const std::string& path) {
 
 LoadStateDictResult load_state_dict(torch::nn::Module& module, const std::string& path,
                                     const LoadStateDictOptions& options) {
-  const auto tensors = is_safetensors(path) ? safetensors_load(path)
-                                            : tensors_of(torch_load(path), path);
+  const auto tensors =
+      is_safetensors(path) ? safetensors_load(path) : tensors_of(torch_load(path), path);
   try {
     return load_state_dict(module, tensors, options);
   } catch (const CheckpointError& e) {

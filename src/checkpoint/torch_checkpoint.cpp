@@ -41,25 +41,26 @@ c10::IValue read_torch_checkpoint(const std::string& path) {
 TrainingProgress load_torch_checkpoint(const c10::IValue& checkpoint, const std::string& path,
                                        torch::nn::Module& model,
                                        torch::optim::Optimizer& optimizer) {
-  const auto d = checkpoint.toGenericDict();
-  std::vector<std::pair<std::string, at::Tensor>> tensors;
-  for (const auto& kv : d.at("model").toGenericDict()) {
-    tensors.emplace_back(kv.key().toStringRef(), kv.value().toTensor());
-  }
+  // A wrong type anywhere (toInt() of a string, ...) is a c10::Error: reported as the file's fault.
   try {
+    const auto d = checkpoint.toGenericDict();
+    std::vector<std::pair<std::string, at::Tensor>> tensors;
+    for (const auto& kv : d.at("model").toGenericDict()) {
+      tensors.emplace_back(kv.key().toStringRef(), kv.value().toTensor());
+    }
     load_state_dict(model, tensors);
     load_optimizer_state_dict(optimizer, d.at("optimizer"));
+    TrainingProgress progress;
+    progress.epoch = d.at("epoch").toInt();
+    progress.step = d.at("step").toInt();
+    progress.sampler_position = d.at("sampler_position").toInt();
+    auto gen = at::detail::getDefaultCPUGenerator();
+    std::lock_guard<std::mutex> lock(gen.mutex());
+    gen.set_state(d.at("rng_cpu").toTensor());
+    return progress;
   } catch (const c10::Error& e) {
     throw CheckpointError("checkpoint " + path + ": " + e.what_without_backtrace());
   }
-  TrainingProgress progress;
-  progress.epoch = d.at("epoch").toInt();
-  progress.step = d.at("step").toInt();
-  progress.sampler_position = d.at("sampler_position").toInt();
-  auto gen = at::detail::getDefaultCPUGenerator();
-  std::lock_guard<std::mutex> lock(gen.mutex());
-  gen.set_state(d.at("rng_cpu").toTensor());
-  return progress;
 }
 
 }  // namespace dpx::detail

@@ -35,9 +35,7 @@ void torch_save(const c10::IValue& value, const std::string& path,
 
 c10::IValue torch_load(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
-  if (!in) {
-    throw CheckpointError("torch_load: cannot open " + path);
-  }
+  if (!in) { throw CheckpointError("torch_load: cannot open " + path); }
   const std::string what = "torch_load " + path;
   std::ostringstream buffer;
   buffer << in.rdbuf();
@@ -61,22 +59,24 @@ c10::IValue torch_load(const std::string& path) {
         pickle,
         [&](const std::string& key, c10::ScalarType dtype) {
           const std::string name = "data/" + key;
-          if (!reader.hasRecord(name)) throw CheckpointError(what + ": record " + name + " missing");
+          if (!reader.hasRecord(name))
+            throw CheckpointError(what + ": record " + name + " missing");
           auto [data, size] = reader.getRecord(name);
           const size_t elem = c10::elementSize(dtype);
-          if (size % elem != 0) throw CheckpointError(what + ": record " + name + " has " +
-                                                      std::to_string(size) + " bytes, not a "
-                                                      "multiple of its element size");
+          if (size % elem != 0)
+            throw CheckpointError(what + ": record " + name + " has " + std::to_string(size) +
+                                  " bytes, not a "
+                                  "multiple of its element size");
           auto t = at::empty({static_cast<int64_t>(size / elem)}, at::TensorOptions(dtype));
           std::memcpy(t.data_ptr(), data.get(), size);
           return t;
         },
         what);
-  } catch (const CheckpointError&) {
-    throw;
-  } catch (const c10::Error& e) {
-    throw CheckpointError(what + " is not a readable torch.save file (truncated, corrupt or "
-                          "another format): " + e.what_without_backtrace());
+  } catch (const CheckpointError&) { throw; } catch (const c10::Error& e) {
+    throw CheckpointError(what +
+                          " is not a readable torch.save file (truncated, corrupt or "
+                          "another format): " +
+                          e.what_without_backtrace());
   }
 }
 

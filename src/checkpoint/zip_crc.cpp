@@ -17,14 +17,17 @@ class Bytes {
   Bytes(const std::string& s, const std::string& what) : s_(s), what_(what) {}
   template <typename T>
   T at(uint64_t pos) const {
-    if (pos > s_.size() || sizeof(T) > s_.size() - pos) fail("a zip structure reaches past the end");
+    if (pos > s_.size() || sizeof(T) > s_.size() - pos)
+      fail("a zip structure reaches past the end");
     T v;
     std::memcpy(&v, s_.data() + pos, sizeof(T));
     return v;
   }
   [[noreturn]] void fail(const std::string& msg) const {
-    throw CheckpointError(what_ + " is not a readable torch.save file (truncated, corrupt or "
-                          "another format): " + msg);
+    throw CheckpointError(what_ +
+                          " is not a readable torch.save file (truncated, corrupt or "
+                          "another format): " +
+                          msg);
   }
   const std::string& s_;
   const std::string& what_;
@@ -75,7 +78,10 @@ void verify_zip_crcs(const std::string& zip, const std::string& what) {
       if (id == 1) {
         uint64_t f = x + 4;
         if (b.at<uint32_t>(pos + 24) == 0xffffffff) f += 8;  // uncompressed size
-        if (size == 0xffffffff) { size = b.at<uint64_t>(f); f += 8; }
+        if (size == 0xffffffff) {
+          size = b.at<uint64_t>(f);
+          f += 8;
+        }
         if (local == 0xffffffff) local = b.at<uint64_t>(f);
       }
       x += 4 + len;

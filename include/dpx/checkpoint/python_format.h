@@ -1,7 +1,7 @@
 // Files Python reads and writes: torch.save's zip + pickle format and safetensors.
 //
-//   dpx::save_state_dict(model, "model.pt");          // Python: torch.load("model.pt", weights_only=True)
-//   dpx::load_state_dict(model, "python.pt");         // Python: torch.save(model.state_dict(), ...)
+//   dpx::save_state_dict(model, "model.pt");  // Python: torch.load("model.pt", weights_only=True)
+//   dpx::load_state_dict(model, "python.pt");  // Python wrote torch.save(model.state_dict(), ...)
 //   auto r = dpx::load_state_dict(model, "x.safetensors", {.strict = false});  // r.missing_keys
 //
 // The format follows the extension: .safetensors is safetensors, anything else (.pt, .pth) is
