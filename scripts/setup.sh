@@ -48,6 +48,12 @@ has_torch() {
   "$venv/bin/python" -c "import torch, sys; sys.exit(not torch.__version__.startswith('$torch_version.'))" \
     >/dev/null 2>&1
 }
+# safetensors: the oracle of the safetensors tests (tests/python/state_dict_oracle.py).
+ensure_safetensors() {
+  "$venv/bin/python" -c "import safetensors" >/dev/null 2>&1 ||
+    "$venv/bin/python" -m pip install -q safetensors >>"$venv/pip.log" 2>&1 ||
+    echo "setup: safetensors did not install into $venv (see $venv/pip.log): the safetensors oracle tests will skip"
+}
 # numpy: not a torch requirement, but PyTorch's PowerSGD hook (an oracle of the tests) needs it.
 ensure_numpy() {
   "$venv/bin/python" -c "import numpy" >/dev/null 2>&1 ||
@@ -59,6 +65,7 @@ if [ "${DPX_TORCH:-}" = "1.13" ]; then
 fi
 if has_torch; then
   ensure_numpy
+  ensure_safetensors
   exit 0
 fi
 echo "setup: installing PyTorch $torch_version from PyPI into $venv (about 2.6 GB to download, 4.4 GB on disk)"
@@ -86,3 +93,4 @@ if ! "$venv/bin/python" -m pip install -q "${deps[@]}" >>"$log" 2>&1; then
 fi
 has_torch || { echo "setup: PyTorch $torch_version in $venv does not import (see $log)" >&2; exit 1; }
 ensure_numpy
+ensure_safetensors

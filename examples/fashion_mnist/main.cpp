@@ -228,6 +228,8 @@ int run(const Flags& flags) {
                                {"elapsed_s", seconds()}});
     }
   }
+  // The trained model for Python: torch.load("<checkpoint-dir>/model.pt", weights_only=True).
+  if (lead) dpx::save_state_dict(*net, flags.checkpoint_dir + "/model.pt");
   return 0;
 }
 

@@ -5,6 +5,7 @@
 #include "dpx/amp/grad_scaler.h"
 #include "dpx/checkpoint/checkpoint_file.h"
 #include "dpx/checkpoint/checkpointer.h"
+#include "dpx/checkpoint/python_format.h"
 #include "dpx/comm/errors.h"
 #include "dpx/comm/init.h"
 #include "dpx/comm/process_group.h"

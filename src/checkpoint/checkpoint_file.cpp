@@ -89,7 +89,11 @@ void write_checkpoint_file(const std::string& path, const std::string& payload,
   put_le<uint32_t>(data, crc_of(payload));
   put_le<uint32_t>(data, 0);
   data += payload;
+  write_file_atomically(path, data, options);
+}
 
+void write_file_atomically(const std::string& path, const std::string& data,
+                           const CheckpointWriteOptions& options) {
   const std::string tmp = path + ".tmp." + std::to_string(::getpid());
   const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) {

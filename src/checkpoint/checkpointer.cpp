@@ -14,17 +14,21 @@
 
 #include "dpx/comm/errors.h"
 #include "dpx/cuda.h"
+#include "checkpoint/torch_checkpoint.h"
 #include "parallel/control.h"
 
 namespace dpx {
 namespace {
 
 constexpr const char* kPrefix = "checkpoint-";
-constexpr const char* kSuffix = ".dpx";
 
-// The step of "checkpoint-<step>.dpx", or -1 for any other name.
-int64_t step_of(const std::string& name) {
-  const std::string prefix = kPrefix, suffix = kSuffix;
+const char* suffix_of(CheckpointFormat format) {
+  return format == CheckpointFormat::kTorchSave ? ".pt" : ".dpx";
+}
+
+// The step of "checkpoint-<step><suffix>", or -1 for any other name.
+int64_t step_of(const std::string& name, const std::string& suffix) {
+  const std::string prefix = kPrefix;
   if (name.size() <= prefix.size() + suffix.size() || name.rfind(prefix, 0) != 0 ||
       name.compare(name.size() - suffix.size(), suffix.size(), suffix) != 0) {
     return -1;
@@ -135,14 +139,15 @@ Checkpointer::Checkpointer(CheckpointerOptions options,
 
 std::string Checkpointer::path_for_step(int64_t step) const {
   char name[64];
-  std::snprintf(name, sizeof(name), "%s%012lld%s", kPrefix, static_cast<long long>(step), kSuffix);
+  std::snprintf(name, sizeof(name), "%s%012lld%s", kPrefix, static_cast<long long>(step),
+                suffix_of(options_.format));
   return options_.directory + "/" + name;
 }
 
 std::vector<std::string> Checkpointer::list() const {
   std::vector<int64_t> steps;
   for (const auto& name : directory_entries(options_.directory)) {
-    if (const int64_t step = step_of(name); step >= 0) {
+    if (const int64_t step = step_of(name, suffix_of(options_.format)); step >= 0) {
       steps.push_back(step);
     }
   }
@@ -165,7 +170,11 @@ std::string Checkpointer::save(const torch::nn::Module& model,
                                const TrainingProgress& progress) {
   const std::string path = path_for_step(progress.step);
   if (rank_ == 0) {
-    write_checkpoint_file(path, serialize(model, optimizer, progress), options_.write);
+    if (options_.format == CheckpointFormat::kTorchSave) {
+      detail::save_torch_checkpoint(path, model, optimizer, progress, options_.write);
+    } else {
+      write_checkpoint_file(path, serialize(model, optimizer, progress), options_.write);
+    }
     prune();
   }
   barrier();
@@ -188,8 +197,12 @@ void Checkpointer::prune() const {
 int64_t Checkpointer::pick_latest_good() const {
   for (const auto& path : list()) {
     try {
-      read_checkpoint_file(path);
-      return step_of(path.substr(path.find_last_of('/') + 1));
+      if (options_.format == CheckpointFormat::kTorchSave) {
+        detail::read_torch_checkpoint(path);
+      } else {
+        read_checkpoint_file(path);
+      }
+      return step_of(path.substr(path.find_last_of('/') + 1), suffix_of(options_.format));
     } catch (const CheckpointError& e) {
       TORCH_WARN(where(rank_, world_), e.what(), "; skipping it and trying the previous one");
     }
@@ -210,11 +223,21 @@ std::optional<TrainingProgress> Checkpointer::load_latest(torch::nn::Module& mod
   }
   const std::string path = path_for_step(chosen);
   std::string payload;
+  c10::IValue torch_checkpoint;
   try {
-    payload = read_checkpoint_file(path);
+    if (options_.format == CheckpointFormat::kTorchSave) {
+      torch_checkpoint = detail::read_torch_checkpoint(path);
+    } else {
+      payload = read_checkpoint_file(path);
+    }
   } catch (const CheckpointError& e) {
     throw CheckpointError(where(rank_, world_) + e.what() +
                           " (rank 0 read it fine: is the directory shared by every rank?)");
+  }
+  if (options_.format == CheckpointFormat::kTorchSave) {
+    // Tensors are copied into the model's and optimizer's own tensors, so they land on the
+    // model's device whatever map_location says.
+    return detail::load_torch_checkpoint(torch_checkpoint, path, model, optimizer);
   }
   return deserialize(payload, model, optimizer, options_.map_location);
 }

@@ -35,6 +35,11 @@ struct CheckpointWriteOptions {
 void write_checkpoint_file(const std::string& path, const std::string& payload,
                            const CheckpointWriteOptions& options = {});
 
+// The atomic write alone, for files that carry their own checksums (the zip of a torch.save file
+// holds a CRC-32 per record; see python_format.h).
+void write_file_atomically(const std::string& path, const std::string& data,
+                           const CheckpointWriteOptions& options = {});
+
 // The payload of a file written by write_checkpoint_file; throws CheckpointError naming the
 // file and what is wrong with it.
 std::string read_checkpoint_file(const std::string& path);

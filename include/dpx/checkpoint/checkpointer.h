@@ -33,6 +33,13 @@ struct TrainingProgress {
   int64_t sampler_position = 0;  // samples of `epoch` this rank consumed (DistributedSampler::resume)
 };
 
+// kDpx: checkpoint-<step>.dpx, a LibTorch archive behind a header with a CRC32 (checkpoint_file.h).
+// kTorchSave: checkpoint-<step>.pt, a torch.save file Python opens with torch.load(path,
+// weights_only=True): {'model': state_dict, 'optimizer': Python's optimizer.state_dict() layout
+// (SGD, Adam, AdamW), 'epoch', 'step', 'sampler_position': int, 'rng_cpu': uint8 tensor}. Its
+// checksums are the zip's CRC-32 per record, checked on load (see docs/checkpoint.md).
+enum class CheckpointFormat { kDpx, kTorchSave };
+
 struct CheckpointerOptions {
   std::string directory;
   int keep_last = 3;
@@ -41,6 +48,7 @@ struct CheckpointerOptions {
   // keeps the device each was saved from; cpu, cuda:N, or cuda for GPU LOCAL_RANK
   // (dpx::cuda::local_device). E.g. a checkpoint saved on cuda:0 loads onto cuda:1 or the CPU.
   std::optional<c10::Device> map_location;
+  CheckpointFormat format = CheckpointFormat::kDpx;
   CheckpointWriteOptions write;                         // test hooks
 };
 
