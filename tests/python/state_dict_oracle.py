@@ -1,6 +1,8 @@
 """The Python side of tests/unit/python_format_test.cpp.
 
-  state_dict_oracle.py check <file.pt>         torch.load(weights_only=True) and compare with expected()
+  state_dict_oracle.py check <file.pt>         torch.load(weights_only=True) (1.x: see load_weights_only)
+                                               and compare with expected()
+  state_dict_oracle.py check_tensors <file.pt> the same for expected_tensors(), weights_only=True
   state_dict_oracle.py write <file.pt>         torch.save(expected()) as Python writes it
   state_dict_oracle.py write_model <file.pt|file.safetensors>   a model's state_dict (model())
   state_dict_oracle.py check_model <file.pt|file.safetensors>   load it into model(), strict
@@ -9,9 +11,37 @@
 The expected values are formulas the C++ test repeats; exit status 0 means they matched exactly.
 """
 import collections
+import io
+import pickle
 import sys
 
 import torch
+
+
+def expected_tensors():  # no floats: what torch.load(weights_only=True) reads in 1.13 too
+    d = expected()
+    del d["lr"], d["list"]
+    return d
+
+
+def load_weights_only(path):
+    """torch.load(weights_only=True); in PyTorch 1.x, whose restricted unpickler has no BINFLOAT
+    opcode (71) and so refuses any Python float, even in Python's own torch.save files, it checks
+    that this is the refusal and loads with weights_only=False."""
+    try:
+        return torch.load(path, weights_only=True)
+    except pickle.UnpicklingError as e:
+        if not (torch.__version__.startswith("1.") and "Unsupported operand 71" in str(e)):
+            raise
+    buf = io.BytesIO()
+    torch.save({"lr": 0.5}, buf)
+    buf.seek(0)
+    try:
+        torch.load(buf, weights_only=True)
+        sys.exit("this PyTorch reads floats with weights_only=True: the 1.x workaround is stale")
+    except pickle.UnpicklingError:
+        pass
+    return torch.load(path, weights_only=False)
 
 
 def expected():
@@ -68,7 +98,9 @@ class Evil:  # pickled as __main__.Evil: what torch.load(weights_only=True) refu
 def main():
     mode, path = sys.argv[1], sys.argv[2]
     if mode == "check":
-        sys.exit(0 if same(expected(), torch.load(path, weights_only=True), "root") else 1)
+        sys.exit(0 if same(expected(), load_weights_only(path), "root") else 1)
+    elif mode == "check_tensors":
+        sys.exit(0 if same(expected_tensors(), torch.load(path, weights_only=True), "root") else 1)
     elif mode == "write":
         d = expected()
         d["ordered"] = collections.OrderedDict([("b", torch.zeros(1)), ("a", 1)])
@@ -85,7 +117,7 @@ def main():
         m.load_state_dict(load_any(path), strict=True)
         sys.exit(0 if same(dict(model().state_dict()), dict(m.state_dict()), "model") else 1)
     elif mode == "check_ckpt":  # a Checkpointer CheckpointFormat::kTorchSave file (Adam, 2 steps)
-        ck = torch.load(path, weights_only=True)
+        ck = load_weights_only(path)
         m = torch.nn.Sequential(torch.nn.Linear(3, 4), torch.nn.BatchNorm1d(4), torch.nn.Linear(4, 2))
         m.load_state_dict(ck["model"])
         opt = torch.optim.Adam(m.parameters(), lr=0.5)
