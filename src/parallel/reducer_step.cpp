@@ -21,6 +21,23 @@ double ms_between(std::chrono::steady_clock::time_point a, std::chrono::steady_c
   return std::chrono::duration<double, std::milli>(b - a).count();
 }
 
+// A gradient's share of the average, as PyTorch's reducer computes it: a copied gradient times
+// 1/world, one already in its bucket divided in place; in the kernels' compute type (float for
+// bfloat16 and float16), never with 1/world rounded to the gradient's dtype (bf16(1/3) is 0.2%
+// off). LibTorch 1.13 casts a scalar operand to a bf16 tensor's dtype, so reduced precision goes
+// through float explicitly.
+void average_into(at::Tensor& out, const at::Tensor& in, double divisor) {
+  const bool in_place = in.is_same(out);
+  if (in.scalar_type() == at::kBFloat16 || in.scalar_type() == at::kHalf) {
+    auto f = in.to(at::kFloat);
+    out.copy_(in_place ? f.div_(divisor) : f.mul_(1.0 / divisor));
+  } else if (in_place) {
+    out.div_(divisor);
+  } else {
+    at::mul_out(out, in, at::scalar_tensor(1.0 / divisor, at::kDouble));
+  }
+}
+
 }  // namespace
 
 void Reducer::prepare_for_forward(bool allow_rebuild) {
@@ -180,16 +197,14 @@ void Reducer::copy_grad_to_bucket(std::size_t index) {
   if (!grad.defined()) {
     view.zero_();
   } else if (grad.is_alias_of(view)) {
-    if (divisor != 1.0) view.div_(divisor);
+    if (divisor != 1.0) average_into(view, view, divisor);
   } else {
     TORCH_CHECK(grad.sizes() == view.sizes() && grad.scalar_type() == view.scalar_type(),
                 pg_->where(), "the gradient of parameter ", names_[index], " has sizes ",
                 grad.sizes(), " and dtype ", grad.scalar_type(), ", but the parameter has ",
                 view.sizes(), " and ", view.scalar_type());
     if (divisor != 1.0) {
-      // 1/world as a double scalar, as PyTorch's reducer multiplies: kernels take it in their
-      // compute type (float for bfloat16), where bf16(1/3) would bias every average by 0.2%.
-      at::mul_out(view, grad, at::scalar_tensor(1.0 / divisor, at::kDouble));
+      average_into(view, grad, divisor);
     } else {
       view.copy_(grad);
     }
