@@ -1,19 +1,24 @@
 #!/usr/bin/env bash
-# The GPU checks of issue #14 item 9, for a session that has a GPU machine (the device tool):
-# build dpx there against that machine's own torch and run the GPU tests.
+# Every GPU check of dpx, for a machine with one or more NVIDIA GPUs, PyTorch with CUDA, nvcc,
+# CMake and Ninja, and no package registry: it builds dpx there against that machine's torch
+# and runs the GPU tests, the example and the GPU benchmarks.
 #
-#   bash scripts/gpu_check.sh pack    here: copies what the GPU image may lack (GoogleTest's
-#                                     sources, CLI11's and nlohmann_json's headers and CMake
-#                                     files, Fashion-MNIST: 35 MB in all) into build-gpu-deps/
-#                                     (ignored by git: carry it)
-#   bash scripts/gpu_check.sh build   there: builds build-gpu/ (DPX_CUDA=ON), ~5 min on 16 cores
-#   bash scripts/gpu_check.sh test    there: runs the GPU tests; logs go to $OUT (or runs/gpu/)
-#   bash scripts/gpu_check.sh bench   there: all-reduce (nccl, staged) and DDP benchmarks
-#   bash scripts/gpu_check.sh all     there: build, test, bench
+#   bash scripts/gpu_check.sh pack    on a Debian machine with dpx's packages (scripts/setup.sh):
+#                                     copies what a GPU image may lack (GoogleTest's sources,
+#                                     CLI11's and nlohmann_json's headers and CMake files,
+#                                     zlib's headers, Fashion-MNIST: 35 MB) into build-gpu-deps/
+#                                     (ignored by git); take that folder along to the GPU machine
+#   bash scripts/gpu_check.sh build   on the GPU machine: builds build-gpu/ (DPX_CUDA=ON), about
+#                                     5 min on 16 cores
+#   bash scripts/gpu_check.sh test    the GPU tests (gtest XML in $OUT or runs/gpu/) and the
+#                                     example, whose test accuracy must reach 85% in one epoch
+#   bash scripts/gpu_check.sh bench   all-reduce (nccl, staged) and DDP benchmarks
+#   bash scripts/gpu_check.sh all     build, test, bench in one go
 #
-# One device call, e.g.:  run(command="bash scripts/gpu_check.sh all", carry=["build-gpu-deps"])
-# A device command may run 10 minutes: if that is tight, call `build`, then `test; bench` (the
-# machine keeps build-gpu/ between calls while it stays warm). Nothing here downloads anything.
+# Two commands of at most 10 minutes each cover everything: `build`, then `test bench` (the
+# arguments run in order; build-gpu/ stays where it is between the two). Every test binary,
+# example and benchmark runs under `timeout`, so nothing here can hang. Python: DPX_PYTHON, or
+# the first python3/python on PATH whose torch has CUDA.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 deps="$PWD/build-gpu-deps"
@@ -33,49 +38,108 @@ pack() {
   du -sh "$deps"
 }
 
-torch_prefix() { python3 -c 'import torch; print(torch.utils.cmake_prefix_path)'; }
+# The Python whose torch dpx builds against and whose PyTorch the oracle tests run.
+python_with_cuda_torch() {
+  if [ -n "${DPX_PYTHON:-}" ]; then
+    "$DPX_PYTHON" -c 'import torch' 2>/dev/null ||
+      { echo "gpu_check: DPX_PYTHON=$DPX_PYTHON does not import torch" >&2; return 1; }
+    echo "$DPX_PYTHON"
+    return 0
+  fi
+  local p
+  for p in $(type -ap python3 python) /usr/bin/python3; do
+    if "$p" -c 'import sys, torch; sys.exit(not torch.backends.cuda.is_built())' 2>/dev/null; then
+      echo "$p"
+      return 0
+    fi
+  done
+  echo "gpu_check: no python3 on PATH imports a torch built with CUDA; set DPX_PYTHON" >&2
+  return 1
+}
 
 build() {
-  [ -d "$deps/prefix" ] || { echo "gpu_check: no $deps (run 'pack' here and carry it)" >&2; exit 1; }
+  [ -d "$deps/prefix" ] || { echo "gpu_check: no $deps (run 'pack' where dpx's packages are)" >&2; exit 1; }
+  local py
+  py="$(python_with_cuda_torch)"
   if ! find "$deps/prefix" -name 'GTestConfig.cmake' | grep -q .; then
     cmake -S "$deps/googletest" -B "$deps/gtest-build" -G Ninja -DCMAKE_BUILD_TYPE=Release \
       -DCMAKE_INSTALL_PREFIX="$deps/prefix" >/dev/null
     cmake --build "$deps/gtest-build" --target install >/dev/null
   fi
-  python3 -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda)'
+  "$py" -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda)'
   mkdir -p build-gpu
   local zlib=()
   [ -f /usr/include/zlib.h ] || zlib=(-DZLIB_ROOT="$deps/zlib")
   cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DDPX_CUDA=ON "${zlib[@]}" \
-    -DCMAKE_PREFIX_PATH="$(torch_prefix);$deps/prefix" -DDPX_PYTHON="$(command -v python3)" \
-    >build-gpu/configure.log 2>&1 || { cat build-gpu/configure.log; exit 1; }
+    -DCMAKE_PREFIX_PATH="$("$py" -c 'import torch; print(torch.utils.cmake_prefix_path)');$deps/prefix" \
+    -DDPX_PYTHON="$py" >build-gpu/configure.log 2>&1 || { cat build-gpu/configure.log; exit 1; }
   grep 'dpx:' build-gpu/configure.log
   cmake --build build-gpu -j "$(nproc)" --target dpx_unit_tests dpx_multirank_tests \
     dpx_multiproc_tests fashion_mnist dpxrun dpx-bench
 }
 
-test_gpu() {
-  mkdir -p "$out"
-  nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv | tee "$out/device.txt"
-  local status=0
-  # The tests of issue #14: every one of them skips without a GPU, so here they must run.
-  build-gpu/tests/dpx_unit_tests --gtest_filter='Cuda*:DeviceBackendChoice*:NcclErrors*:DataParallelCuda*:CheckpointTest.MapLocation*' \
-    >"$out/unit.txt" 2>&1 || status=1
-  build-gpu/tests/dpx_multirank_tests --gtest_filter='Staged*:NcclGroup*' \
-    >"$out/multirank.txt" 2>&1 || status=1
-  build-gpu/tests/dpx_multiproc_tests --gtest_filter='DdpCuda*:Cli.Example*' \
-    >"$out/multiproc.txt" 2>&1 || status=1
-  # The example, one GPU per worker (2 workers share the GPU on a one-GPU machine: staged).
-  local run_dir
+# One test binary with a gtest filter, under a timeout, its results as XML. Fails when the
+# binary fails, times out, or the filter matches no test (a renamed test must not drop out).
+gtest() {
+  local name=$1 filter=$2 limit=$3
+  local bin="build-gpu/tests/dpx_${name}_tests" status=0
+  timeout --kill-after=10 "$limit" "$bin" --gtest_filter="$filter" \
+    --gtest_output="xml:$out/$name.xml" >"$out/$name.txt" 2>&1 || status=$?
+  local count
+  count=$(grep -oE '<testsuites tests="[0-9]+"' "$out/$name.xml" 2>/dev/null | grep -oE '[0-9]+' || echo 0)
+  if [ "$status" = 124 ] || [ "$status" = 137 ]; then
+    echo "gpu_check: $name tests ran past ${limit}s and were killed ($out/$name.txt)"
+  elif [ "$status" != 0 ]; then
+    echo "gpu_check: $name tests failed ($out/$name.txt)"
+  fi
+  if [ "${count:-0}" = 0 ]; then
+    echo "gpu_check: the filter '$filter' matches no $name test"
+    status=1
+  fi
+  grep -hE '^\[ +(OK|FAILED|SKIPPED) +\]' "$out/$name.txt" | grep -v ' OK ' || true
+  echo "gpu_check: $name: $count tests, $(grep -c '^\[       OK \]' "$out/$name.txt" || true) passed, exit $status"
+  return $((status != 0))
+}
+
+# The example on every GPU (workers share them when there are fewer): one epoch, and the test
+# accuracy it reaches must be at least 85% (the CPU build reaches 88-89% after one epoch).
+example_gpu() {
+  local run_dir status=0
   run_dir="$(mktemp -d)"
-  build-gpu/tools/dpxrun/dpxrun --standalone --nproc-per-node 2 \
-    build-gpu/examples/fashion_mnist/fashion_mnist --device cuda --epochs 1 --max-steps 200 \
+  timeout --kill-after=10 420 build-gpu/tools/dpxrun/dpxrun --standalone --nproc-per-node 2 \
+    build-gpu/examples/fashion_mnist/fashion_mnist --device cuda --epochs 1 \
     --data-dir "$deps/fashion-mnist" --checkpoint-dir "$run_dir/ckpt" \
-    --metrics-file "$run_dir/metrics.jsonl" >"$out/example.txt" 2>&1 || status=1
+    --metrics-file "$run_dir/metrics.jsonl" >"$out/example.txt" 2>&1 || status=$?
   cp "$run_dir/metrics.jsonl" "$out/example_metrics.jsonl" 2>/dev/null || true
   rm -rf "$run_dir"
-  grep -hE '^\[  (PASSED|FAILED|SKIPPED) |^\[  FAILED  \]|^\[  SKIPPED \]' "$out"/*.txt || true
   tail -n 3 "$out/example.txt"
+  if [ "$status" != 0 ]; then
+    echo "gpu_check: the example failed with exit $status ($out/example.txt)"
+    return 1
+  fi
+  "$PY" - "$out/example_metrics.jsonl" <<'PY'
+import json, sys
+evals = [r for r in map(json.loads, open(sys.argv[1])) if r.get("type") == "eval"]
+if not evals:
+    sys.exit("gpu_check: the example wrote no test accuracy")
+acc = evals[-1]["test_accuracy"]
+print(f"gpu_check: example test accuracy {100 * acc:.2f}% after epoch {evals[-1]['epoch']}")
+sys.exit(0 if acc >= 0.85 else "gpu_check: below the 85% an epoch reaches")
+PY
+}
+
+test_gpu() {
+  [ -x build-gpu/tests/dpx_unit_tests ] || { echo "gpu_check: build-gpu/ is not built (run 'build')" >&2; return 1; }
+  mkdir -p "$out"
+  rm -f "$out"/*.xml
+  nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv | tee "$out/device.txt"
+  local status=0
+  # Every test that needs a GPU has Cuda or Nccl in its suite's name, or its own (skipped
+  # without a GPU elsewhere, so here they must run); Cli.Example* runs the example's CLI.
+  gtest unit '*Cuda*:*Nccl*:BackendChoice.AGpu*:CheckpointTest.MapLocation*' 240 || status=1
+  gtest multirank '*Cuda*:*Nccl*:Staged*' 300 || status=1
+  gtest multiproc '*Cuda*:*Nccl*:Cli.Example*' 420 || status=1
+  example_gpu || status=1
   return $status
 }
 
@@ -84,30 +148,37 @@ bench_gpu() {
   mkdir -p "$out"
   local b=build-gpu/bench/dpx-bench status=0
   # nccl on 1 rank; 2 ranks sharing the GPU (shm-staged); the same 2 ranks on CPU tensors.
-  bash bench/run_local.sh 1 --timeout 300 "$b" allreduce --device cuda \
+  bash bench/run_local.sh 1 --timeout 120 "$b" allreduce --device cuda \
     >"$out/allreduce_cuda_1rank.txt" 2>&1 || status=1
-  bash bench/run_local.sh 2 --timeout 300 "$b" allreduce --device cuda \
+  bash bench/run_local.sh 2 --timeout 120 "$b" allreduce --device cuda \
     >"$out/allreduce_cuda_2ranks.txt" 2>&1 || status=1
-  bash bench/run_local.sh 2 --timeout 300 "$b" allreduce --device cpu --backend shm \
+  bash bench/run_local.sh 2 --timeout 120 "$b" allreduce --device cpu --backend shm \
     >"$out/allreduce_cpu_2ranks.txt" 2>&1 || status=1
   # DDP: 1 rank against plain LibTorch, 2 ranks against Python DDP, on the GPU.
-  "$b" ddp --device cuda --backend auto --configs plain,ddp1,ddp2,python --rounds 5 \
-    --cnn-steps 50 --mlp-steps 20 >"$out/ddp.txt" 2>&1 || status=1
+  timeout --kill-after=10 240 "$b" ddp --device cuda --backend auto \
+    --configs plain,ddp1,ddp2,python --rounds 5 --cnn-steps 50 --mlp-steps 20 \
+    >"$out/ddp.txt" 2>&1 || status=1
   tail -n 25 "$out/ddp.txt"
   return $status
 }
 
-case "${1:-}" in
-  pack) pack ;;
-  build) build ;;
-  test) test_gpu ;;
-  bench) bench_gpu ;;
-  all)
-    build
-    failed=0
-    test_gpu || failed=1
-    bench_gpu || failed=1
-    exit $failed
-    ;;
-  *) echo "usage: $0 pack|build|test|bench|all" >&2; exit 2 ;;
-esac
+(($# > 0)) || { echo "usage: $0 pack|build|test|bench|all ..." >&2; exit 2; }
+for step in "$@"; do
+  case "$step" in pack|build|test|bench|all) ;; *) echo "usage: $0 pack|build|test|bench|all ..." >&2; exit 2 ;; esac
+done
+failed=0
+for step in "$@"; do
+  case "$step" in
+    pack) pack ;;
+    build) build ;;
+    test) PY="$(python_with_cuda_torch)"; export DPX_PYTHON="$PY"; test_gpu || failed=1 ;;
+    bench) PY="$(python_with_cuda_torch)"; export DPX_PYTHON="$PY"; bench_gpu || failed=1 ;;
+    all)
+      build
+      PY="$(python_with_cuda_torch)"; export DPX_PYTHON="$PY"
+      test_gpu || failed=1
+      bench_gpu || failed=1
+      ;;
+  esac
+done
+exit $failed
