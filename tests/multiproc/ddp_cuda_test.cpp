@@ -1,31 +1,19 @@
 // DDP on CUDA modules: one rank over nccl against plain LibTorch, and two processes sharing one
 // GPU (the staged shm backend) against one process on the whole batch. Skipped without a GPU.
-// The parent never touches CUDA (a forked child could not use it then): children count GPUs.
-#include <sys/wait.h>
-#include <unistd.h>
-
+// The parent never touches CUDA (a forked child could not use it then): a child counts GPUs.
 #include <torch/torch.h>
 
-#include <algorithm>
-
-#include "ddp_models.h"
-#include "dpx/dpx.h"
-#include "harness.h"
+#include "cuda_ranks.h"
 
 namespace dpx {
 namespace {
 
+using test::mlp_on;
+using test::on_cpu;
+using test::on_two_gpu_ranks;
+
 constexpr int kSteps = 4;
 constexpr int kPerRank = 8;
-
-// The CUDA devices a child process sees; the parent stays without a CUDA context.
-int gpus_seen_by_a_child() {
-  const pid_t pid = ::fork();
-  if (pid == 0) ::_exit(std::min(cuda::device_count(), 100));
-  int status = 0;
-  ::waitpid(pid, &status, 0);
-  return WIFEXITED(status) ? WEXITSTATUS(status) : 0;
-}
 
 // `steps` SGD steps of `net` on the batches (sliced for `rank` of `world`).
 template <typename Net>
@@ -42,34 +30,8 @@ void train(Net& net, std::vector<torch::Tensor> params, const std::vector<test::
   }
 }
 
-// The test MLP with seed 7's initial weights, on `device`: the same model for every call.
-test::Mlp mlp_on(at::Device device) {
-  torch::manual_seed(7);
-  test::Mlp net;
-  net->to(device);
-  return net;
-}
-
-// Two ranks sharing cuda:0 (the staged shm backend), each in a process of its own.
-template <typename Body>
-void on_two_gpu_ranks(Body body) {
-  test::StoreServer server;
-  test::expect_all_ok(test::run_processes(2, [&](int rank) {
-    const at::Device device("cuda:0");
-    ProcessGroup::Options o;
-    o.device = device;
-    body(rank, new_process_group("auto", server.client(), rank, 2, o), device);
-  }));
-}
-
-std::vector<torch::Tensor> on_cpu(const std::vector<torch::Tensor>& params) {
-  std::vector<torch::Tensor> out;
-  for (const auto& p : params) out.push_back(p.detach().cpu());
-  return out;
-}
-
 TEST(DdpCuda, OneRankOverNcclSameAsPlainLibTorch) {
-  if (gpus_seen_by_a_child() == 0) GTEST_SKIP() << "no CUDA device";
+  if (test::gpus_seen_by_a_child() == 0) GTEST_SKIP() << "no CUDA device";
   if (!cuda::built()) GTEST_SKIP() << "dpx built without CUDA (DPX_CUDA)";
   test::expect_all_ok(test::run_processes(1, [](int) {
     const at::Device device("cuda:0");
@@ -86,10 +48,36 @@ TEST(DdpCuda, OneRankOverNcclSameAsPlainLibTorch) {
   }));
 }
 
+// Two ranks on two GPUs over nccl against one process on the whole batch; the step times come
+// from CUDA events (Note [Step times]) and are read once stats() asks.
+TEST(DdpCuda, TwoRanksOnTwoGpusOverNcclMatchOneProcess) {
+  if (test::gpus_seen_by_a_child() < 2) GTEST_SKIP() << "fewer than 2 CUDA devices";
+  if (!cuda::built()) GTEST_SKIP() << "dpx built without CUDA (DPX_CUDA)";
+  test::StoreServer server;
+  test::expect_all_ok(test::run_processes(2, [&](int rank) {
+    const at::Device device(at::kCUDA, static_cast<at::DeviceIndex>(rank));
+    ProcessGroup::Options o;
+    o.device = device;
+    auto pg = new_process_group("auto", server.client(), rank, 2, o);
+    ASSERT_EQ(pg->backend(), "nccl");
+    auto batches = test::make_batches(kSteps, 2, kPerRank, {16});
+    auto net = mlp_on(device), ref = mlp_on(device);
+    DistributedDataParallel ddp(net, pg);
+    train(ddp, ddp->parameters(), batches, rank, 2, device);
+    train(ref, ref->parameters(), batches, 0, 1, device);
+    test::expect_params_close(on_cpu(net->parameters()), on_cpu(ref->parameters()));
+    const auto stats = ddp->stats();
+    EXPECT_EQ(stats.iterations, kSteps);
+    EXPECT_GT(stats.avg_backward_comm_ms, 0);
+    EXPECT_GT(stats.backward_compute_ms, 0);
+    EXPECT_GE(stats.avg_overlap_ms, 0);
+  }));
+}
+
 // Each option DDP has on CPU, on two ranks that share cuda:0. The compressing hooks round each
 // step's gradients to 16 bits: their parameters match within 1e-3 after kSteps steps.
 TEST(DdpCuda, TwoRanksSharingAGpuMatchOneProcess) {
-  if (gpus_seen_by_a_child() == 0) GTEST_SKIP() << "no CUDA device";
+  if (test::gpus_seen_by_a_child() == 0) GTEST_SKIP() << "no CUDA device";
   for (int variant = 0; variant < 6; ++variant) {
     SCOPED_TRACE("variant " + std::to_string(variant));
     on_two_gpu_ranks([&](int rank, std::shared_ptr<ProcessGroup> pg, at::Device device) {
@@ -117,7 +105,7 @@ TEST(DdpCuda, TwoRanksSharingAGpuMatchOneProcess) {
 // no_sync on CUDA: odd steps accumulate locally, even steps synchronise the sum and step; one
 // process accumulating the whole batches the same way gets the same parameters.
 TEST(DdpCuda, NoSyncAccumulatesOnTheGpu) {
-  if (gpus_seen_by_a_child() == 0) GTEST_SKIP() << "no CUDA device";
+  if (test::gpus_seen_by_a_child() == 0) GTEST_SKIP() << "no CUDA device";
   on_two_gpu_ranks([](int rank, std::shared_ptr<ProcessGroup> pg, at::Device device) {
     auto batches = test::make_batches(kSteps, 2, kPerRank, {16});
     auto net = mlp_on(device), ref = mlp_on(device);
@@ -150,7 +138,7 @@ TEST(DdpCuda, NoSyncAccumulatesOnTheGpu) {
 // parameters of one process whose later steps see rank 1's share alone (divided by the initial
 // world size, join's default).
 TEST(DdpCuda, JoinWithUnevenInputs) {
-  if (gpus_seen_by_a_child() == 0) GTEST_SKIP() << "no CUDA device";
+  if (test::gpus_seen_by_a_child() == 0) GTEST_SKIP() << "no CUDA device";
   on_two_gpu_ranks([](int rank, std::shared_ptr<ProcessGroup> pg, at::Device device) {
     const int steps[2] = {2, kSteps};
     auto batches = test::make_batches(kSteps, 2, kPerRank, {16});

@@ -2,6 +2,7 @@
 // summary, signals, logs and hung-worker detection. Real processes; every run is bounded.
 #include <signal.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <set>
@@ -162,7 +163,7 @@ TEST(Launcher, BadFlagsAreClearErrors) {
   };
   const std::vector<Case> cases = {
       {{"--nnodes", "2:1"}, "0 < MIN <= MAX"},
-      {{"--nproc-per-node", "many"}, "expected an integer, cpu or auto"},
+      {{"--nproc-per-node", "many"}, "expected an integer, cpu, gpu or auto"},
       {{"--frobnicate", "1"}, "unknown flag '--frobnicate'"},
       {{"--rdzv-backend", "c10d"}, "needs --rdzv-endpoint"},
       {{"--nnodes", "1:2"}, "static rendezvous needs a fixed number of nodes"},
@@ -183,6 +184,40 @@ TEST(Launcher, BadFlagsAreClearErrors) {
   auto r = run_launcher({dpxrun_path(), "--standalone", "/no/such/program"}, seconds(30));
   EXPECT_EQ(r.exit_code, 2);
   EXPECT_NE(r.output.find("'/no/such/program' not found"), std::string::npos) << r.output;
+}
+
+// torchrun's counts: `gpu` is the GPUs the launcher sees and an error without any, `auto` the
+// GPUs when there are some, else the CPUs. Here with CUDA_VISIBLE_DEVICES empty (no GPU
+// visible on any machine); LauncherCuda.NprocPerNodeGpuAndAutoCountGpus with GPUs.
+TEST(Launcher, NprocPerNodeGpuWithoutGpusIsAClearError) {
+  LaunchOptions o;
+  o.set_env["CUDA_VISIBLE_DEVICES"] = "";
+  auto r = run_launcher(cmd({"--standalone", "--nproc-per-node", "gpu"}, {"env", "/nonexistent"}),
+                        seconds(30), o);
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("--nproc-per-node gpu: CUDA is not available"), std::string::npos)
+      << r.output;
+  EXPECT_EQ(std::count(r.output.begin(), r.output.end(), '\n'), 1) << r.output;
+  TempDir dir;
+  auto a = run_launcher(cmd({"--standalone", "--nproc-per-node", "auto"}, {"env", dir.path()}),
+                        seconds(60), o);
+  ASSERT_EQ(a.exit_code, 0) << a.output;
+  EXPECT_EQ(read_worker_envs(dir.path()).size(),
+            std::max(1u, std::thread::hardware_concurrency()));
+}
+
+TEST(LauncherCuda, NprocPerNodeGpuAndAutoCountGpus) {
+  const int gpus = gpus_seen_by_a_child();
+  if (gpus == 0) GTEST_SKIP() << "no CUDA device";
+  for (const std::string nproc : {"gpu", "auto"}) {
+    TempDir dir;
+    auto r = run_launcher(cmd({"--standalone", "--nproc-per-node", nproc}, {"env", dir.path()}),
+                          seconds(60));
+    ASSERT_EQ(r.exit_code, 0) << nproc << "\n" << r.output;
+    auto envs = read_worker_envs(dir.path());
+    ASSERT_EQ(envs.size(), static_cast<size_t>(gpus)) << nproc << "\n" << r.output;
+    EXPECT_EQ(envs[0]["LOCAL_WORLD_SIZE"], std::to_string(gpus));
+  }
 }
 
 // nan passed the old `x < 0` check, and --monitor-interval nan or join_timeout=nan then made the

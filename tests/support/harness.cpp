@@ -5,6 +5,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <exception>
 #include <fstream>
@@ -12,6 +13,7 @@
 #include <thread>
 
 #include "dpx/comm/init.h"
+#include "dpx/cuda.h"
 #include "dpx/process.h"
 
 namespace dpx::test {
@@ -155,6 +157,14 @@ std::vector<ProcResult> run_processes(int world, const std::function<void(int)>&
 
 void run_in_child(const std::function<void()>& fn) {
   expect_all_ok(fork_ranks(1, [&](int) { fn(); }, {}));  // a pristine process: no choices made
+}
+
+int gpus_seen_by_a_child() {
+  const pid_t pid = ::fork();
+  if (pid == 0) ::_exit(std::min(cuda::device_count(), 100));
+  int status = 0;
+  ::waitpid(pid, &status, 0);
+  return WIFEXITED(status) ? WEXITSTATUS(status) : 0;
 }
 
 void kill_this_rank() {

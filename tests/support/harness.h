@@ -54,6 +54,10 @@ void expect_all_ok(const std::vector<ProcResult>& results);
 // Neither this process nor the child has made any process-wide choice (dpx::init_process).
 void run_in_child(const std::function<void()>& fn);
 
+// The CUDA devices a forked child process sees. The test process itself never touches CUDA: a
+// child forked after it had would be unable to use it.
+int gpus_seen_by_a_child();
+
 // A TCP store server on a free port (port 0), hosted by the test process; ranks connect
 // to it with client(). Fork-safe: children only ever open new client connections.
 class StoreServer {

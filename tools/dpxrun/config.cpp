@@ -11,6 +11,7 @@
 #include <sstream>
 #include <thread>
 
+#include "dpx/cuda.h"
 #include "slurm.h"
 
 namespace dpxrun {
@@ -76,16 +77,25 @@ void parse_nnodes(Config& c, const std::string& v) {
   }
 }
 
+// torchrun's local world size: cpu is the CPU count; gpu the GPUs this process sees, an error
+// without any; auto the GPUs when there are some, else the CPUs. Counting GPUs needs no context
+// on them (the driver's device count); the workers are new programs, so nothing is inherited.
 void parse_nproc(Config& c, const std::string& v) {
-  if (v == "cpu" || v == "auto") {
-    c.nproc_per_node = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  } else if (v == "gpu") {
-    fail("--nproc-per-node gpu: dpx runs on CPU only and this machine has no CUDA devices");
+  const auto cpus = [] { return static_cast<int>(std::max(1u, std::thread::hardware_concurrency())); };
+  if (v == "cpu") {
+    c.nproc_per_node = cpus();
+  } else if (v == "gpu" || v == "auto") {
+    const int gpus = dpx::cuda::device_count();
+    if (v == "gpu" && gpus == 0) {
+      fail("--nproc-per-node gpu: CUDA is not available (no CUDA device is visible to this "
+           "process, or dpx's LibTorch was built without CUDA); give a number of workers, or cpu");
+    }
+    c.nproc_per_node = gpus > 0 ? gpus : cpus();
   } else if (!v.empty() && std::isdigit(static_cast<unsigned char>(v[0]))) {
     c.nproc_per_node = to_int("nproc-per-node", v);
     if (c.nproc_per_node < 1) fail("--nproc-per-node must be at least 1, got " + v);
   } else {
-    fail("--nproc-per-node '" + v + "': expected an integer, cpu or auto");
+    fail("--nproc-per-node '" + v + "': expected an integer, cpu, gpu or auto");
   }
 }
 
@@ -147,7 +157,7 @@ void parse_rdzv_conf(Config& c, const std::string& v) {
 const std::vector<Flag>& flags() {
   static const std::vector<Flag> table = {
       {"nnodes", true, parse_nnodes, "N or MIN:MAX nodes (default 1)"},
-      {"nproc_per_node", true, parse_nproc, "workers per node: N, cpu or auto (default 1)"},
+      {"nproc_per_node", true, parse_nproc, "workers per node: N, cpu, gpu or auto (default 1)"},
       {"rdzv_backend", true,
        [](Config& c, const std::string& v) {
          if (v != "static" && v != "c10d") {
