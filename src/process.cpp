@@ -1,5 +1,6 @@
 #include "dpx/process.h"
 
+#include "cuda/nccl_error_handling.h"
 #include "sigpipe.h"
 
 namespace dpx {
@@ -7,6 +8,7 @@ namespace dpx {
 void init_process(const ProcessOptions& options) {
   if (options.ignore_sigpipe) detail::ignore_sigpipe();
   if (options.apply_memory_policy) apply_memory_policy(options.memory_policy);
+  if (options.nccl_error_handling) detail::choose_nccl_error_handling();
 }
 
 }  // namespace dpx

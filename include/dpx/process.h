@@ -20,6 +20,12 @@ struct ProcessOptions {
   // names, retain when unset (freed CPU blocks stay cached for the next step; docs/ddp.md).
   bool apply_memory_policy = true;
   std::optional<MemoryPolicy> memory_policy;
+  // Make c10d's NCCL groups (dpx's nccl backend) fail with dpx's typed errors and keep the
+  // process alive: TORCH_NCCL_ASYNC_ERROR_HANDLING=2, once, in a dpx built with CUDA, unless
+  // DPX_NCCL_ERROR_HANDLING=c10d leaves the variable to the program (docs/backends.md). c10d reads
+  // it when a group is made, and setenv() is no call to make while other threads may read the
+  // environment: hence here, before any group, store or DDP thread exists.
+  bool nccl_error_handling = true;
 };
 
 // Makes the choices `options` asks for. Idempotent: each choice is made once per process and

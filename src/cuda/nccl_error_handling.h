@@ -1,0 +1,28 @@
+// How failures of c10d's NCCL groups end: dpx's choice, made once per process (Note [NCCL error
+// handling]).
+#pragma once
+
+namespace dpx::detail {
+
+// Note [NCCL error handling]
+// c10d's watchdog ends the whole process when a collective fails or outlives the group's timeout
+// under TORCH_NCCL_ASYNC_ERROR_HANDLING=1 (TearDown, what torchrun and dpxrun give workers) or 3
+// (SkipCleanUp, c10d's default). dpx promises a typed error instead, so it runs c10d with mode 2
+// (CleanUpOnly): the watchdog aborts the communicators (ncclCommAbort) and marks the work
+// failed, and the wait in dpx's nccl Work throws, which rethrow_nccl_error types. c10d reads the
+// variable in each group's constructor and has no option for it, so dpx sets it, process-wide and
+// once, in init_process() (the one place for process-wide choices) rather than around each
+// group's construction, where a setenv() would race with any thread reading the environment.
+// DPX_NCCL_ERROR_HANDLING=c10d leaves the process's value alone.
+
+// Whether dpx handles NCCL errors (DPX_NCCL_ERROR_HANDLING: dpx, the default, or c10d).
+bool dpx_handles_nccl_errors();
+
+// Sets TORCH_NCCL_ASYNC_ERROR_HANDLING=2 in a dpx built with CUDA when dpx handles NCCL errors;
+// nothing otherwise.
+void choose_nccl_error_handling();
+
+// Whether c10d's NCCL groups made now get mode 2.
+bool nccl_errors_reach_dpx();
+
+}  // namespace dpx::detail
