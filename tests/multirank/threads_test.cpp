@@ -23,6 +23,29 @@ TEST(ThreadsAsRanks, GlooCollectivesOverHashStore) {
   for (int r = 0; r < kWorld; ++r) EXPECT_EQ(errors[r], "") << "rank " << r;
 }
 
+// Two groups of one backend on one store, both alive: each must find its own peers, never the
+// other group's (c10d's groups key their rendezvous by fixed names; Note [Store rounds]).
+TEST(ThreadsAsRanks, TwoGroupsOfABackendShareAStore) {
+  for (const std::string backend : {"gloo", "shm"}) {
+    SCOPED_TRACE(backend);
+    auto store = Store::hash();
+    auto errors = test::run_threads(2, [&](int rank) {
+      auto a = new_process_group(backend, store, rank, 2);
+      auto b = new_process_group(backend, store, rank, 2);
+      for (int step = 0; step < 3; ++step) {
+        auto x = at::full({8}, float(rank + 1));
+        auto y = at::full({8}, float(10 * (rank + 1)));
+        auto wy = b->allreduce(y);
+        a->allreduce(x)->wait();
+        wy->wait();
+        EXPECT_TRUE(x.equal(at::full({8}, 3.0f)));
+        EXPECT_TRUE(y.equal(at::full({8}, 30.0f)));
+      }
+    });
+    for (int r = 0; r < 2; ++r) EXPECT_EQ(errors[r], "") << "rank " << r;
+  }
+}
+
 TEST(ThreadsAsRanks, StoreOperations) {
   test::StoreServer server;
   auto a = server.client(), b = server.client(std::chrono::milliseconds(300));

@@ -84,8 +84,8 @@ GlooGroup::GlooGroup(const BackendArgs& args)
   opts->devices.push_back(make_gloo_device(listen));
   check_settings_agree(*store_, rank(), size(), {{"backend", "gloo"}}, options().timeout, where());
   try {
-    pg_ = c10::make_intrusive<c10d::ProcessGroupGloo>(c10d_store(store_), args.rank, args.size,
-                                                      opts);
+    pg_ = c10::make_intrusive<c10d::ProcessGroupGloo>(c10d_group_store(store_, "gloo", rank()),
+                                                      args.rank, args.size, opts);
   } catch (const std::exception& e) {
     rethrow_gloo_error(e, where(), "connect to the other ranks", args.options.timeout);
   }

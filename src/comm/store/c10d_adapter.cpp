@@ -2,6 +2,7 @@
 
 #include <torch/csrc/distributed/c10d/Store.hpp>
 
+#include "comm/store/round.h"
 #include "comm/store/store_impl.h"
 #include "compat/c10d_store.h"
 
@@ -79,6 +80,11 @@ std::shared_ptr<StoreImpl> wrap_c10d(c10::intrusive_ptr<c10d::Store> store) {
 
 c10::intrusive_ptr<c10d::Store> c10d_store(std::shared_ptr<Store> store) {
   return c10::make_intrusive<Adapter>(std::move(store));
+}
+
+c10::intrusive_ptr<c10d::Store> c10d_group_store(const std::shared_ptr<Store>& store,
+                                                 const std::string& backend, int rank) {
+  return c10d_store(Store::prefix(next_round(*store, backend, rank), store));
 }
 
 }  // namespace dpx::detail
