@@ -21,4 +21,9 @@ int device_count();
 at::Device local_device(at::Device asked = at::Device(at::kCUDA),
                         std::optional<int> local_rank = std::nullopt);
 
+// Makes `device` the calling thread's current CUDA device, so that what CUDA does without an
+// explicit device (a context, a stream, pinned memory) happens on this rank's GPU rather than
+// on GPU 0. Nothing for the CPU. init_process_group() calls it for a CUDA group.
+void set_current_device(at::Device device);
+
 }  // namespace dpx::cuda

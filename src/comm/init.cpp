@@ -155,7 +155,10 @@ std::shared_ptr<ProcessGroup> init_process_group(InitOptions opts) {
   auto store = Store::prefix(opts.group_name, r.store);
   ProcessGroup::Options pg;
   pg.timeout = opts.timeout;
-  pg.device = opts.device;
+  pg.device = cuda::local_device(opts.device);  // "cuda": LOCAL_RANK's GPU
+  // The rank's GPU is current from here on (this thread): NCCL's communicator, c10d's streams
+  // and any CUDA call without a device land on it, not on GPU 0.
+  cuda::set_current_device(pg.device);
   auto group = new_group(backend, store, r.rank, r.world_size, pg);
   // Note [Timeline clocks] in src/timeline/clock.cpp: every rank of the group takes part.
   if (timeline::start_from_env(r.rank)) timeline::align_clock(*store, r.rank, r.world_size);

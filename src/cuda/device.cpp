@@ -1,3 +1,4 @@
+#include <c10/core/impl/DeviceGuardImplInterface.h>
 #include <c10/util/Exception.h>
 #include <torch/cuda.h>
 
@@ -16,6 +17,12 @@ at::Device local_device(at::Device asked, std::optional<int> local_rank) {
     if (env) local_rank = static_cast<int>(*env);
   }
   return detail::resolve_device(asked, local_rank, device_count());
+}
+
+void set_current_device(at::Device device) {
+  if (!device.is_cuda()) return;
+  TORCH_CHECK(device.has_index(), "set_current_device: give cuda:N, not ", device);
+  c10::impl::getDeviceGuardImpl(device.type())->setDevice(device);
 }
 
 }  // namespace cuda

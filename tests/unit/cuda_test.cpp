@@ -1,6 +1,9 @@
 // The device-independent parts of dpx's CUDA support: device choice, backend choice, the
 // translation of NCCL errors, and the errors a machine without a GPU gives.
+#include <c10/core/impl/DeviceGuardImplInterface.h>
 #include <torch/torch.h>
+
+#include <thread>
 
 #include "comm/nccl/translate.h"
 #include "cuda/device.h"
@@ -47,6 +50,23 @@ TEST(CudaDevice, WithoutGpusAskingForCudaFailsBeforeConnecting) {
   auto msg = test::expect_throws<c10::Error>(
       [&] { new_process_group("auto", Store::hash(), 0, 1, o); });
   EXPECT_THAT(msg, HasSubstr("sees no CUDA device"));
+}
+
+// A rank on cuda:1 must not work on GPU 0 by default: init_process_group makes its GPU the
+// calling thread's current one (a thread of its own here, so the test's thread stays as it is).
+TEST(CudaDevice, InitProcessGroupMakesTheRanksGpuCurrent) {
+  if (cuda::device_count() < 2) GTEST_SKIP() << "fewer than 2 CUDA devices";
+  std::thread([] {
+    InitOptions o;
+    o.store = Store::hash();
+    o.rank = 0;
+    o.world_size = 1;
+    o.backend = "gloo";
+    o.device = at::Device("cuda:1");
+    o.process = std::nullopt;
+    auto pg = init_process_group(o);
+    EXPECT_EQ(c10::impl::getDeviceGuardImpl(at::kCUDA)->getDevice(), at::Device("cuda:1"));
+  }).join();
 }
 
 TEST(DeviceBackendChoice, NcclOnTheCpuIsAClearError) {

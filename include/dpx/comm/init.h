@@ -20,7 +20,7 @@ struct InitOptions {
   std::string backend = "auto";
   // Where the group's tensors live: the CPU, "cuda:N", or "cuda" for GPU LOCAL_RANK (modulo
   // the GPUs present; dpx::cuda::local_device). shm and gloo stage CUDA tensors through host
-  // memory (docs/backends.md).
+  // memory (docs/backends.md). A CUDA device becomes the calling thread's current one.
   at::Device device = at::kCPU;
   // "env://" (MASTER_ADDR, MASTER_PORT, RANK, WORLD_SIZE), "tcp://host:port?rank=R&world_size=W",
   // "file:///path?rank=R&world_size=W". Ignored when `store` is given.
