@@ -103,12 +103,12 @@ void DdpBase::sync_buffers() {
 }
 
 void DdpBase::pre_forward() {
-  forward_start_ = std::chrono::steady_clock::now();
   forward_synced_ = false;
   if (!training_forward()) {
     return;  // evaluation: no communication, the reducer is left as it is
   }
   forward_synced_ = require_backward_grad_sync_;
+  if (forward_synced_) forward_start_ = reducer_->mark_forward_start();
   if (join_active_ && forward_synced_) {
     // Join protocol step 1: count the ranks that still have data (joined ranks add 0).
     auto active = at::ones({1}, at::kLong);
@@ -119,7 +119,7 @@ void DdpBase::pre_forward() {
     if (join_options_.throw_on_early_termination) {
       // Step 2 with throw_on_early_termination: ranks out of data answer with 1.
       auto exhausted = at::zeros({1}, at::kLong);
-      pg_->allreduce(exhausted)->wait();
+      detail::control_allreduce(*pg_, exhausted)->wait();
       if (exhausted.item<std::int64_t>() > 0) {
         throw DistributedError(pg_->where() + "Detected at least one rank that exhausted "
                                "inputs. Throwing across all ranks.");
@@ -136,10 +136,7 @@ void DdpBase::pre_forward() {
 void DdpBase::post_forward(const std::vector<at::Tensor>& outputs) {
   if (!forward_synced_) return;
   reducer_->prepare_for_backward(outputs);
-  const auto end = std::chrono::steady_clock::now();
-  reducer_->add_forward_time(std::chrono::duration<double, std::milli>(end - forward_start_)
-                                 .count());
-  timeline::record("forward", "ddp", forward_start_, end);
+  timeline::record("forward", "ddp", forward_start_, std::chrono::steady_clock::now());
 }
 
 void DdpBase::register_comm_hook(std::any state, CommHook hook) {
@@ -180,7 +177,7 @@ void DdpBase::shadow_until_all_joined() {
     if (active.item<std::int64_t>() == 0) break;
     if (join_options_.throw_on_early_termination) {
       auto exhausted = at::ones({1}, at::kLong);
-      pg_->allreduce(exhausted)->wait();
+      detail::control_allreduce(*pg_, exhausted)->wait();
       throw DistributedError(pg_->where() + "Rank " + std::to_string(pg_->rank()) +
                              " exhausted all inputs.");
     }

@@ -7,6 +7,7 @@
 #include <sstream>
 
 #include "compat/autograd.h"
+#include "parallel/control.h"
 #include "parallel/sync_batch_norm_detail.h"
 
 namespace dpx {
@@ -28,11 +29,16 @@ at::Tensor per_channel(const at::Tensor& v, const at::Tensor& x) {
   return v.view(shape);
 }
 
+}  // namespace
+
+namespace detail {
+
 // Every rank fails alike when their channel counts differ: the statistics all-gather that
-// follows needs one size on every rank.
+// follows needs one size on every rank. Host tensors through the group's device, if it has one
+// (Note [Control tensors]).
 void check_channels_agree(ProcessGroup& pg, int64_t channels) {
   auto all = at::empty({pg.size()}, at::kLong);
-  pg.allgather(all, at::full({1}, channels, at::kLong))->wait();
+  control_allgather(pg, all, at::full({1}, channels, at::kLong));
   if (all.eq(channels).all().item<bool>()) return;
   std::ostringstream counts;
   for (int64_t r = 0; r < pg.size(); ++r) {
@@ -42,6 +48,10 @@ void check_channels_agree(ProcessGroup& pg, int64_t channels) {
               "channels (", counts.str(), "); every rank must run the same model on inputs of ",
               "the same channel count");
 }
+
+}  // namespace detail
+
+namespace {
 
 // Note [SyncBatchNorm backward]: with xmu = x - mean over the whole group's batch of N samples,
 // dL/dx = w * invstd * (dy - sum(dy)/N - xmu * invstd^2 * sum(dy * xmu)/N), where both sums run
@@ -73,7 +83,7 @@ class SyncBatchNormBackward : public torch::autograd::Node {
       // No samples here, but the peers wait for this rank's share of the sums.
       if (should_compute_output(0)) {
         auto zeros = at::zeros({2 * channels}, stats_.mean.options());
-        group_->allreduce(zeros)->wait();
+        group_->allreduce(zeros)->synchronize();
         out[0] = at::zeros_like(x);
       }
       return out;
@@ -90,8 +100,8 @@ class SyncBatchNormBackward : public torch::autograd::Node {
     if (should_compute_output(2) && weight_.defined()) out[2] = sum_dy.to(weight_.scalar_type());
     if (should_compute_output(0)) {
       auto sums = at::cat({sum_dy, sum_dy_xmu});
-      group_->allreduce(sums)->wait();
-      const double n = stats_.total_count;
+      group_->allreduce(sums)->synchronize();
+      const auto& n = stats_.total_count;
       auto mean_dy = per_channel(sums.narrow(0, 0, channels), x) / n;
       auto mean_dy_xmu = per_channel(sums.narrow(0, channels, channels), x) / n;
       auto invstd = per_channel(stats_.invstd, x);
@@ -116,11 +126,13 @@ namespace detail {
 
 // Note [SyncBatchNorm statistics]: each rank sends its count, mean and biased variance per
 // channel (an all-gather, since counts differ between ranks); the group's statistics combine
-// them as pooled moments, leaving out ranks without samples. This is the arithmetic of
-// PyTorch's batch_norm_gather_stats_with_counts, without its round trip through invstd.
+// them as pooled moments, weighted by the counts, so a rank without samples (count, mean and
+// variance 0) adds nothing. This is the arithmetic of PyTorch's
+// batch_norm_gather_stats_with_counts, without its round trip through invstd. It all stays on
+// the input's device: no host sync per layer (only a rank without samples reads the total, to
+// fail clearly when no rank has any).
 BatchStats gather_batch_stats(ProcessGroup& pg, const at::Tensor& x, double eps) {
   const int64_t channels = x.size(1);
-  check_channels_agree(pg, channels);
   const bool reduced = x.scalar_type() == at::kHalf || x.scalar_type() == at::kBFloat16;
   const auto dtype = reduced ? at::kFloat : x.scalar_type();
   const int64_t count = x.numel() / channels;
@@ -134,21 +146,18 @@ BatchStats gather_batch_stats(ProcessGroup& pg, const at::Tensor& x, double eps)
     local = at::zeros({2 * channels + 1}, x.options().dtype(dtype));
   }
   auto all = at::empty({pg.size() * local.numel()}, local.options());
-  pg.allgather(all, local)->wait();
+  pg.allgather(all, local)->synchronize();
   all = all.view({pg.size(), local.numel()});
-  auto counts = all.select(1, 2 * channels);
-  auto keep = counts.ge(1);
-  auto means = all.narrow(1, 0, channels).index({keep});
-  auto vars = all.narrow(1, channels, channels).index({keep});
-  auto weights = counts.index({keep}).unsqueeze(1);
+  auto counts = all.narrow(1, 2 * channels, 1);  // [world, 1]
+  auto means = all.narrow(1, 0, channels);
+  auto vars = all.narrow(1, channels, channels);
   BatchStats stats;
-  stats.total_count = counts.sum().item<double>();
-  TORCH_CHECK(stats.total_count > 0, pg.where(),
+  stats.total_count = counts.sum();
+  TORCH_CHECK(count > 0 || stats.total_count.item<double>() > 0, pg.where(),
               "SyncBatchNorm: every rank's input is empty; there are no statistics to normalise "
               "with");
-  stats.mean = (weights * means).sum(0) / stats.total_count;
-  auto spread = vars + (means - stats.mean).pow(2);
-  stats.var = (weights * spread).sum(0) / stats.total_count;
+  stats.mean = (counts * means).sum(0) / stats.total_count;
+  stats.var = (counts * (vars + (means - stats.mean).pow(2))).sum(0) / stats.total_count;
   stats.invstd = (stats.var + eps).rsqrt();
   return stats;
 }
@@ -164,9 +173,9 @@ at::Tensor sync_batch_norm(const std::shared_ptr<ProcessGroup>& group, const at:
     at::NoGradGuard no_grad;
     stats = gather_batch_stats(*group, x, eps);
     if (running_mean.defined()) {
-      const double n = stats.total_count;
+      const auto& n = stats.total_count;
       running_mean.mul_(1 - momentum).add_(stats.mean.to(running_mean.scalar_type()), momentum);
-      auto unbiased = stats.var * (n / std::max(n - 1, 1.0));
+      auto unbiased = stats.var * (n / (n - 1).clamp_min(1));
       running_var.mul_(1 - momentum).add_(unbiased.to(running_var.scalar_type()), momentum);
     }
     auto scale = weight.defined() ? stats.invstd * weight.to(stats.invstd.scalar_type())
@@ -273,6 +282,12 @@ at::Tensor SyncBatchNormImpl::forward(const at::Tensor& input) {
   if (!sync) {
     return torch::batch_norm(input, weight, bias, running_mean, running_var, batch_stats, factor,
                              options.eps, at::globalContext().userEnabledCuDNN());
+  }
+  // Once per group, not per step: the module's channel count is fixed, and each rank has
+  // checked its input's above.
+  if (!channels_checked_) {
+    detail::check_channels_agree(*group_, options.num_features);
+    channels_checked_ = true;
   }
   return detail::sync_batch_norm(group_, input, weight, bias, running_mean, running_var, factor,
                                  options.eps);

@@ -14,8 +14,11 @@ struct BatchStats {
   at::Tensor mean;
   at::Tensor var;     // biased (divided by the count)
   at::Tensor invstd;  // 1 / sqrt(var + eps)
-  double total_count = 0;  // samples per channel over every rank
+  at::Tensor total_count;  // 0-dim: samples per channel over every rank
 };
+
+// Fails on every rank, naming each rank's count, unless all ranks have `channels` channels.
+void check_channels_agree(ProcessGroup& pg, int64_t channels);
 
 BatchStats gather_batch_stats(ProcessGroup& pg, const at::Tensor& x, double eps);
 

@@ -7,6 +7,7 @@
 #include <sstream>
 
 #include "compat/optimizer.h"
+#include "parallel/control.h"
 #include "parallel/model_sync.h"
 #include "parallel/zero_partition.h"
 
@@ -120,15 +121,17 @@ void ZeroRedundancyOptimizer::consolidate_state_dict(int to) {
   TORCH_CHECK(to >= 0 && to < world, group_->where(), "consolidate_state_dict: rank ", to,
               " is not in the group of ", world, " ranks");
   const auto mine = to_bytes(*local_);
+  // Host tensors through the group's device, if it has one (Note [Control tensors]).
   auto sizes = at::empty({world}, at::kLong);
-  group_->allgather(sizes, at::full({1}, static_cast<int64_t>(mine.size()), at::kLong))->wait();
+  detail::control_allgather(*group_, sizes,
+                            at::full({1}, static_cast<int64_t>(mine.size()), at::kLong));
   std::vector<std::string> all(world);
   for (int r = 0; r < world; ++r) {
     // Bytes travel as int32 words: process groups carry arithmetic types only.
     const auto n = sizes[r].item<int64_t>();
     auto words = at::zeros({(n + 3) / 4}, at::kInt);
     if (r == group_->rank()) std::memcpy(words.data_ptr(), mine.data(), mine.size());
-    if (world > 1) group_->broadcast(words, {r})->wait();
+    if (world > 1) detail::control_broadcast(*group_, words, r);
     all[r].assign(static_cast<const char*>(words.data_ptr()), n);
   }
   consolidated_.reset();

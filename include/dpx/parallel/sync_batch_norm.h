@@ -50,7 +50,10 @@ class SyncBatchNormImpl : public torch::nn::Cloneable<SyncBatchNormImpl> {
   at::Tensor forward(const at::Tensor& input);
 
   // The group whose ranks share batch statistics; nullptr: this rank alone (plain BatchNorm).
-  void set_process_group(std::shared_ptr<ProcessGroup> group) { group_ = std::move(group); }
+  void set_process_group(std::shared_ptr<ProcessGroup> group) {
+    group_ = std::move(group);
+    channels_checked_ = false;
+  }
   const std::shared_ptr<ProcessGroup>& process_group() const { return group_; }
 
   SyncBatchNormOptions options;
@@ -60,6 +63,7 @@ class SyncBatchNormImpl : public torch::nn::Cloneable<SyncBatchNormImpl> {
  private:
   std::shared_ptr<ProcessGroup> group_;
   std::optional<BatchNormTensors> adopted_;  // consumed by the first reset()
+  bool channels_checked_ = false;  // the group's ranks agreed on the channel count
 };
 
 TORCH_MODULE(SyncBatchNorm);
