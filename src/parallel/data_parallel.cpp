@@ -162,6 +162,7 @@ c10::IValue DataParallelCore::forward(const c10::IValue& args, const ReplicaForw
   const auto n = static_cast<int64_t>(pieces.size());
   prepare_replicas(n);
   run.devices.assign(devices_.begin(), devices_.begin() + n);
+  run.one_engine_call = run.devices.front().is_cuda();  // Note [Parallel backward on CUDA]
 
   if (grad) {
     add_leaves(*module_, replicas_, cut, run, pieces);

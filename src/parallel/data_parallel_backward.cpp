@@ -52,7 +52,11 @@ class DataParallelBackward : public torch::autograd::Node {
                 "tensors after they have already been freed). Specify retain_graph=true the "
                 "first time you call backward.");
     std::vector<variable_list> per_replica(run_.devices.size());
-    threads_->run(run_.devices, [&](int64_t r) { per_replica[r] = backward_replica(r, grads); });
+    if (run_.one_engine_call) {
+      per_replica = backward_all_replicas(grads);
+    } else {
+      threads_->run(run_.devices, [&](int64_t r) { per_replica[r] = backward_replica(r, grads); });
+    }
     return combine(per_replica);
   }
 
@@ -66,8 +70,9 @@ class DataParallelBackward : public torch::autograd::Node {
     return grad.narrow(run_.dim, slot.offsets[r], out.size(run_.dim));
   }
 
-  variable_list backward_replica(int64_t r, const variable_list& grads) const {
-    variable_list outputs, grad_outputs;
+  // Replica r's outputs that take part in the backward, with their share of the gradients.
+  void add_roots(int64_t r, const variable_list& grads, variable_list& outputs,
+                 variable_list& grad_outputs) const {
     for (size_t s = 0; s < slots_.size(); ++s) {
       const auto& out = run_.outputs[r][slots_[s].k];
       if (grads[s].defined() && out.requires_grad()) {
@@ -75,12 +80,37 @@ class DataParallelBackward : public torch::autograd::Node {
         grad_outputs.push_back(slice(grads[s], slots_[s], r).to(out.device()));
       }
     }
-    const auto& leaves = run_.leaves[r];
-    if (outputs.empty() || leaves.empty()) {
-      return variable_list(leaves.size());
-    }
+  }
+
+  static variable_list grad_of(const variable_list& outputs, const variable_list& leaves,
+                               const variable_list& grad_outputs) {
+    if (outputs.empty() || leaves.empty()) return variable_list(leaves.size());
     return torch::autograd::grad(outputs, leaves, grad_outputs, /*retain_graph=*/true,
                                  /*create_graph=*/false, /*allow_unused=*/true);
+  }
+
+  variable_list backward_replica(int64_t r, const variable_list& grads) const {
+    variable_list outputs, grad_outputs;
+    add_roots(r, grads, outputs, grad_outputs);
+    return grad_of(outputs, run_.leaves[r], grad_outputs);
+  }
+
+  // Note [Parallel backward on CUDA]: every replica's graph in one reentrant engine call.
+  std::vector<variable_list> backward_all_replicas(const variable_list& grads) const {
+    const auto n = static_cast<int64_t>(run_.devices.size());
+    variable_list outputs, grad_outputs, leaves;
+    for (int64_t r = 0; r < n; ++r) {
+      add_roots(r, grads, outputs, grad_outputs);
+      leaves.insert(leaves.end(), run_.leaves[r].begin(), run_.leaves[r].end());
+    }
+    const variable_list all = grad_of(outputs, leaves, grad_outputs);
+    std::vector<variable_list> per_replica(n);
+    auto next = all.begin();
+    for (int64_t r = 0; r < n; ++r) {
+      per_replica[r].assign(next, next + run_.leaves[r].size());
+      next += run_.leaves[r].size();
+    }
+    return per_replica;
   }
 
   variable_list combine(const std::vector<variable_list>& per_replica) const {

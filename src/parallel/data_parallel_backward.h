@@ -25,9 +25,22 @@ class ReplicaThreads;
 // (create_graph), and gradients towards tensors a replica uses that are neither its parameters
 // nor its inputs (say, a tensor requiring grad captured by the module): those get none.
 
+// Note [Parallel backward on CUDA]
+// On CUDA the engine runs each device's part of a backward on that device's own thread, and it
+// reaches this node on the thread of the device the outputs were gathered on. A replica thread
+// calling torch::autograd::grad would queue the replica's CUDA nodes to those device threads,
+// among them the one blocked in this node waiting for the replica threads: a deadlock (also
+// with {cuda:0, cuda:0}). So on CUDA the node makes one torch::autograd::grad call over every
+// replica's graph, from its own thread: a reentrant backward, in which this device thread runs
+// its device's nodes and the other devices' threads run theirs, in parallel, as they run
+// PyTorch's single DataParallel graph. The replica threads serve the CPU, where the engine would
+// walk all replicas on one thread.
+
 // What one forward leaves for its backward.
 struct ReplicaRun {
   std::vector<torch::Device> devices;  // of the replicas that ran
+  // Note [Parallel backward on CUDA]: one engine call for every replica, not one per thread.
+  bool one_engine_call = false;
   int64_t dim = 0;
   std::vector<at::Tensor> params;  // the original parameters that require grad
   std::vector<at::Tensor> inputs;  // the original input tensors that require grad

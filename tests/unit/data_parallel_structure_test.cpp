@@ -7,6 +7,8 @@
 #include <stdexcept>
 
 #include "dpx/parallel/data_parallel.h"
+#include "parallel/data_parallel_backward.h"
+#include "parallel/parallel_apply_threads.h"
 
 namespace {
 
@@ -259,6 +261,54 @@ TEST(DataParallelStructure, InferenceModeWorks) {
   auto out = dp(torch::ones({4}));
   EXPECT_TRUE(torch::equal(out, torch::ones({4})));
   EXPECT_FALSE(out.requires_grad());
+}
+
+// Note [Parallel backward on CUDA]: the one engine call CUDA replicas take, run here on CPU
+// replicas, gives what the replica threads give and what the module gives on the whole batch:
+// parameter gradients summed over replicas, input gradients stitched from their chunks, none
+// for a parameter no replica uses.
+TEST(DataParallelStructure, OneEngineCallBackwardGivesWhatReplicaThreadsGive) {
+  auto run_backward = [](bool one_engine_call) {
+    torch::manual_seed(5);
+    auto w = torch::randn({3, 2}, torch::requires_grad());
+    auto unused = torch::randn({2}, torch::requires_grad());
+    auto x = torch::randn({5, 3}, torch::requires_grad());
+    dpx::detail::ReplicaRun run;
+    run.devices = {torch::kCPU, torch::kCPU};
+    run.one_engine_call = one_engine_call;
+    run.params = {w, unused};
+    run.inputs = {x};
+    std::vector<torch::Tensor> outs;
+    const int64_t rows[2] = {3, 2};
+    for (int r = 0; r < 2; ++r) {
+      auto wr = w.detach().requires_grad_(true);
+      auto ur = unused.detach().requires_grad_(true);
+      auto xr = x.detach().narrow(0, r * rows[0], rows[r]).requires_grad_(true);
+      auto y = torch::tanh(xr.mm(wr));
+      run.leaves.push_back({wr, ur, xr});
+      run.outputs.push_back({y});
+      outs.push_back(y.detach());
+    }
+    auto gathered = torch::cat(outs, 0);
+    auto threads = std::make_shared<dpx::detail::ReplicaThreads>(1);
+    dpx::detail::attach_parallel_backward(threads, std::move(run), c10::IValue(gathered));
+    (gathered * gathered).sum().backward();
+    return std::vector<torch::Tensor>{w.grad(), unused.grad(), x.grad()};
+  };
+  torch::manual_seed(5);
+  auto w = torch::randn({3, 2}, torch::requires_grad());
+  torch::randn({2});
+  auto x = torch::randn({5, 3}, torch::requires_grad());
+  auto y = torch::tanh(x.mm(w));
+  (y * y).sum().backward();
+  for (bool one_engine_call : {false, true}) {
+    SCOPED_TRACE(one_engine_call ? "one engine call" : "replica threads");
+    auto got = run_backward(one_engine_call);
+    ASSERT_TRUE(got[0].defined() && got[2].defined());
+    EXPECT_TRUE(torch::allclose(got[0], w.grad(), 1e-6, 1e-7));
+    EXPECT_FALSE(got[1].defined());
+    EXPECT_TRUE(torch::allclose(got[2], x.grad(), 1e-6, 1e-7));
+  }
 }
 
 }  // namespace

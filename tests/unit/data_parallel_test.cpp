@@ -258,13 +258,13 @@ dpx::DataParallelOptions gpus() {
   return options;
 }
 
-TEST(DataParallelCuda, MlpTrainingStepsMatchWholeBatch) {
-  if (torch::cuda::device_count() == 0) GTEST_SKIP() << "no CUDA device";
+// Five SGD steps of DataParallel over `options`' devices against the module on the whole batch.
+void train_against_whole_batch(const dpx::DataParallelOptions& options) {
   torch::manual_seed(2);
   Mlp net;
   net->to(torch::Device("cuda:0"));
   Mlp ref = copy_of(net);
-  dpx::DataParallel dp(net, gpus());
+  dpx::DataParallel dp(net, options);
   torch::optim::SGD opt(net->parameters(), torch::optim::SGDOptions(0.1).momentum(0.9));
   torch::optim::SGD ref_opt(ref->parameters(), torch::optim::SGDOptions(0.1).momentum(0.9));
   for (int step = 0; step < 5; ++step) {
@@ -280,6 +280,20 @@ TEST(DataParallelCuda, MlpTrainingStepsMatchWholeBatch) {
     ref_opt.step();
   }
   expect_same_state(*net, *ref);
+}
+
+TEST(DataParallelCuda, MlpTrainingStepsMatchWholeBatch) {
+  if (torch::cuda::device_count() == 0) GTEST_SKIP() << "no CUDA device";
+  train_against_whole_batch(gpus());
+}
+
+// Two replicas on one GPU: their backward used to wait on autograd's thread for cuda:0 from
+// that same thread (Note [Parallel backward on CUDA]). Bounded by CTest's timeout if it hangs.
+TEST(DataParallelCuda, TwoReplicasOnOneGpuTrainAsTheWholeBatch) {
+  if (torch::cuda::device_count() == 0) GTEST_SKIP() << "no CUDA device";
+  dpx::DataParallelOptions options;
+  options.devices = {torch::Device("cuda:0"), torch::Device("cuda:0")};
+  train_against_whole_batch(options);
 }
 
 // Replica 0's in-place update of BatchNorm's running statistics reaches the module.
