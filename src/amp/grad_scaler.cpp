@@ -70,7 +70,7 @@ void GradScaler::unscale_(torch::optim::Optimizer& optimizer) {
   at::Tensor found = any_non_finite(grads, at::zeros({}, scale_.options().dtype(at::kBool)));
   if (group_) {  // Note [GradScaler across ranks]
     auto flag = found.reshape({1}).to(group_->options().device).clone();
-    group_->allreduce(flag, {ReduceOp::kMax})->wait();
+    group_->allreduce(flag, {ReduceOp::kMax})->synchronize();
     found = flag.reshape({}).to(found.device());
   }
   state.found_inf = found;

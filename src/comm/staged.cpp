@@ -3,23 +3,30 @@
 
 #include "comm/setup/factory.h"
 #include "comm/copy_back_work.h"
+#include "comm/gloo/issuer.h"
+#include "cuda/stream_mark.h"
 
 namespace dpx::detail {
 namespace {
 
 // Note [Staged collectives]
 // Ranks that share a GPU (NCCL refuses two ranks on one device), or whose dpx has no NCCL,
-// still run collectives on device tensors: each call copies its input into a host buffer
-// (pinned, for CUDA: the copies are DMA, and LibTorch caches pinned blocks), runs the host
-// group's collective on it, and copies the result back once the host collective has finished
-// (CopyBackWork: in wait(), never in is_completed()). The copy out is
-// blocking and ordered after the work queued on the current stream; the copy back is queued on
-// the waiting thread's current stream, so what follows there sees the result. Nothing else
-// touches the device: this file is device-agnostic.
+// still run collectives on device tensors, as PyTorch's gloo does on CUDA tensors:
+//  1. On the caller's thread (a DDP gradient hook, say), the input is copied into a host
+//     buffer (pinned, for CUDA: the copies are DMA, and LibTorch caches pinned blocks) on a side
+//     stream, after the work queued on the current stream: the caller never waits for it.
+//  2. The group's issuer thread, in call order, waits until that copy has finished and hands
+//     the buffer to the host group's collective (one thread keeps every rank's order).
+//  3. Once the host collective has finished, wait() copies the result back into the caller's
+//     tensor, on the waiting thread's current stream (CopyBackWork: in wait(), never in
+//     is_completed()), so what follows there sees it.
+// Only the copy to the host (cuda/stream_mark.h) knows about streams: this file is
+// device-agnostic, and with CPU "device" tensors the same steps run on host copies.
 class StagedGroup : public ProcessGroup {
  public:
   StagedGroup(std::shared_ptr<ProcessGroup> host, Options options)
-      : ProcessGroup(host->rank(), host->size(), options), host_(std::move(host)) {
+      : ProcessGroup(host->rank(), host->size(), options), host_(std::move(host)),
+        issuer_(options.timeout, where(), backend()) {
     TORCH_CHECK(host_->options().device.is_cpu(), where(), "a staged group needs a CPU group "
                 "underneath, got one on ", host_->options().device);
   }
@@ -27,36 +34,58 @@ class StagedGroup : public ProcessGroup {
 
  protected:
   std::shared_ptr<Work> do_allreduce(at::Tensor& tensor, const AllreduceOptions& opts) override {
-    at::Tensor h = stage(tensor);
-    return staged(host_->allreduce(h, opts), tensor, h);
+    auto h = std::make_shared<Staged>(stage(tensor));
+    return staged(issue(h, [this, h, opts] { return host_->allreduce(h->buffer, opts); }), tensor,
+                  h->buffer);
   }
   std::shared_ptr<Work> do_broadcast(at::Tensor& tensor, const BroadcastOptions& opts) override {
-    at::Tensor h = stage(tensor);
-    return staged(host_->broadcast(h, opts), tensor, h);
+    auto h = std::make_shared<Staged>(stage(tensor));
+    return staged(issue(h, [this, h, opts] { return host_->broadcast(h->buffer, opts); }), tensor,
+                  h->buffer);
   }
   std::shared_ptr<Work> do_allgather(at::Tensor& output, const at::Tensor& input) override {
-    at::Tensor in = stage(input);
+    auto in = std::make_shared<Staged>(stage(input));
     at::Tensor out = host_buffer(output);
-    return staged(host_->allgather(out, in), output, out);
+    return staged(issue(in, [this, in, out]() mutable { return host_->allgather(out, in->buffer); }),
+                  output, out);
   }
   std::shared_ptr<Work> do_reduce_scatter(at::Tensor& output, const at::Tensor& input,
                                           const ReduceScatterOptions& opts) override {
-    at::Tensor in = stage(input);
+    auto in = std::make_shared<Staged>(stage(input));
     at::Tensor out = host_buffer(output);
-    return staged(host_->reduce_scatter(out, in, opts), output, out);
+    return staged(issue(in, [this, in, out, opts]() mutable {
+                    return host_->reduce_scatter(out, in->buffer, opts);
+                  }),
+                  output, out);
   }
-  std::shared_ptr<Work> do_barrier() override { return host_->barrier(); }
+  // Through the issuer too: a barrier is ordered after the collectives called before it.
+  std::shared_ptr<Work> do_barrier() override {
+    return issuer_.submit([this] { return host_->barrier(); });
+  }
 
  private:
+  // A host copy of a tensor, and the mark its copy reaches (null: already copied).
+  struct Staged {
+    at::Tensor buffer;
+    std::unique_ptr<StreamMark> copied;
+  };
+
   at::Tensor host_buffer(const at::Tensor& like) const {
     const bool pin = options().device.is_cuda();
     return at::empty(like.sizes(), like.options().device(at::kCPU).pinned_memory(pin));
   }
-  // A host copy of `t`; a blocking copy, so the host collective reads finished data.
-  at::Tensor stage(const at::Tensor& t) const {
-    at::Tensor h = host_buffer(t);
-    h.copy_(t);
-    return h;
+  Staged stage(const at::Tensor& t) const {
+    Staged s{host_buffer(t), nullptr};
+    s.copied = copy_to_host_async(t, s.buffer);
+    return s;
+  }
+  // Step 2: on the issuer thread, the host collective once its input is on the host.
+  template <typename Launch>
+  std::shared_ptr<Work> issue(std::shared_ptr<Staged> input, Launch launch) {
+    return issuer_.submit([input, launch]() mutable {
+      if (input->copied) input->copied->wait_reached();
+      return launch();
+    });
   }
   std::shared_ptr<Work> staged(std::shared_ptr<Work> host, at::Tensor device, at::Tensor h) {
     auto back = [device, h]() mutable { device.copy_(h, /*non_blocking=*/device.is_cuda()); };
@@ -64,6 +93,7 @@ class StagedGroup : public ProcessGroup {
   }
 
   std::shared_ptr<ProcessGroup> host_;
+  Issuer issuer_;  // last: its thread stops (issuing what is queued) before host_ goes
 };
 
 }  // namespace

@@ -38,7 +38,7 @@ at::Tensor Future::resolve(std::optional<std::chrono::milliseconds> timeout) {
     if (timeout) {
       work_->wait(*timeout);
     } else {
-      work_->wait();  // the group's default timeout
+      work_->synchronize();
     }
     work_.reset();
   }

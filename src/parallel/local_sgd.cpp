@@ -23,7 +23,7 @@ void average_parameters(const std::vector<at::Tensor>& params, ProcessGroup& gro
     std::vector<at::Tensor> flat;
     for (const auto& t : tensors) flat.push_back(t.reshape({-1}));
     auto buffer = at::cat(flat).div_(group.size());
-    group.allreduce(buffer)->wait();
+    group.allreduce(buffer)->synchronize();
     int64_t offset = 0;
     for (auto& t : tensors) {
       t.copy_(buffer.narrow(0, offset, t.numel()).view_as(t));

@@ -147,12 +147,12 @@ std::shared_ptr<Future> powersgd_hook(std::any& any_state, GradBucket& bucket) {
         }
         auto& memory = state->memory_[index];
         const double eps = state->options_.orthogonalization_epsilon;
-        pg->allreduce(memory.p)->wait();
+        pg->allreduce(memory.p)->synchronize();
         for (auto& p : ps) orthogonalize(p, eps);
         for (size_t i = 0; i < plan.compressed.size(); ++i) {
           at::bmm_out(qs[i], plan.compressed[i].transpose(1, 2), ps[i]);
         }
-        pg->allreduce(memory.q)->wait();
+        pg->allreduce(memory.q)->synchronize();
         memory.q.div_(world);
         for (size_t i = 0; i < plan.compressed.size(); ++i) {
           at::bmm_out(plan.compressed[i], ps[i], qs[i].transpose(1, 2));

@@ -30,6 +30,7 @@
 #include "dpx/env.h"
 #include "dpx/parallel/comm_hooks.h"
 #include "dpx/parallel/ddp_stats.h"
+#include "parallel/step_times.h"
 
 namespace dpx::detail {
 
@@ -74,9 +75,9 @@ class Reducer {
   bool rebuild_due() const;
 
   DdpStats stats() const;
-  void add_forward_time(double ms) {
-    forward_ms_total_ += ms;
-    last_.forward_ms = ms;
+  // A synchronised forward starts (Note [Step times]); returns the host's time of it.
+  std::chrono::steady_clock::time_point mark_forward_start() {
+    return times_.mark(Moment::kForwardStart);
   }
 
  private:
@@ -91,7 +92,7 @@ class Reducer {
     // "DDP bucket b/n: names" (stall inspector) and its JSON args (timeline).
     std::shared_ptr<const std::string> label, trace_args;
     std::shared_ptr<Work> work;        // the all-reduce without a comm hook (timeline: its end)
-    std::chrono::steady_clock::time_point launched;
+    std::chrono::steady_clock::time_point launched;  // host time, for the timeline
   };
   struct Locator {
     std::size_t bucket = 0;
@@ -123,6 +124,7 @@ class Reducer {
   DdpStats stats_locked() const;
   void write_report() const;
   void record_step(Clock::time_point wait_start, Clock::time_point end);
+  void add_step_times(bool wait) const;
 
   std::vector<at::Tensor> params_;
   std::vector<std::string> names_;
@@ -155,10 +157,10 @@ class Reducer {
   std::any hook_state_;
   CommHook hook_;
 
-  Clock::time_point forward_end_, first_launch_, last_ready_;
-  double backward_ms_total_ = 0, comm_ms_total_ = 0, exposed_ms_total_ = 0;
-  double forward_ms_total_ = 0, overlap_ms_total_ = 0;
-  DdpStats last_;  // the last iteration's times and unused parameters
+  // Note [Step times]: read as the device passes them, so stats() (const) may read more.
+  mutable StepTimes times_;
+  mutable StepDurations totals_;  // sums over the steps read so far
+  mutable DdpStats last_;  // the last iteration's times and unused parameters
   // Note [Step report]: with DPX_STEP_REPORT_DIR set (dpxrun sets it), the statistics are
   // written to <dir>/rank<R>.json every DPX_STEP_REPORT_EVERY iterations and at the end.
   std::string report_dir_;

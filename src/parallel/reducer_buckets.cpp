@@ -42,7 +42,8 @@ Reducer::Reducer(std::vector<at::Tensor> params, std::vector<std::string> names,
       names_(std::move(names)),
       pg_(std::move(pg)),
       options_(options),
-      div_factor_(pg_->size()) {
+      div_factor_(pg_->size()),
+      times_(pg_->options().device) {
   TORCH_INTERNAL_ASSERT(options_.bucket_bytes > 0 && options_.first_bucket_bytes > 0,
                         "bucket caps unset");
   const std::size_t n = params_.size();
@@ -221,6 +222,7 @@ std::string Reducer::sparse_parameter_names() const {
 
 DdpStats Reducer::stats() const {
   std::lock_guard<std::mutex> lock(mutex_);
+  add_step_times(/*wait=*/true);
   return stats_locked();
 }
 
@@ -237,11 +239,11 @@ DdpStats Reducer::stats_locked() const {
   s.buckets_rebuilt = rebuilt_;
   if (iterations_ > 0) {
     const double n = static_cast<double>(iterations_);
-    s.avg_forward_ms = forward_ms_total_ / n;
-    s.avg_backward_compute_ms = backward_ms_total_ / n;
-    s.avg_backward_comm_ms = comm_ms_total_ / n;
-    s.avg_exposed_comm_ms = exposed_ms_total_ / n;
-    s.avg_overlap_ms = overlap_ms_total_ / n;
+    s.avg_forward_ms = totals_.forward_ms / n;
+    s.avg_backward_compute_ms = totals_.backward_compute_ms / n;
+    s.avg_backward_comm_ms = totals_.backward_comm_ms / n;
+    s.avg_exposed_comm_ms = totals_.exposed_comm_ms / n;
+    s.avg_overlap_ms = totals_.overlap_ms / n;
   }
   s.rank = pg_->rank();
   s.world_size = pg_->size();

@@ -17,10 +17,6 @@
 namespace dpx::detail {
 namespace {
 
-double ms_between(std::chrono::steady_clock::time_point a, std::chrono::steady_clock::time_point b) {
-  return std::chrono::duration<double, std::milli>(b - a).count();
-}
-
 // A gradient's share of the average, as PyTorch's reducer computes it: a copied gradient times
 // 1/world, one already in its bucket divided in place; in the kernels' compute type (float for
 // bfloat16 and float16), never with 1/world rounded to the gradient's dtype (bf16(1/3) is 0.2%
@@ -70,7 +66,7 @@ void Reducer::prepare_for_backward(const std::vector<at::Tensor>& outputs) {
   std::lock_guard<std::mutex> lock(mutex_);
   reset_iteration();
   state_ = ReducerState::kAwaitingGradients;
-  forward_end_ = Clock::now();
+  times_.mark(Moment::kForwardEnd);
   if (options_.static_graph) {
     if (iterations_ > 0) {
       for (std::size_t i = 0; i < params_.size(); ++i) {
@@ -235,7 +231,7 @@ void Reducer::launch_ready_buckets() {
     launch_bucket(next_bucket_++);
   }
   if (next_bucket_ < buckets_.size()) return;
-  last_ready_ = Clock::now();
+  times_.mark(Moment::kLastReady);
   state_ = ReducerState::kAllLaunched;
   if (reduces_used_map()) launch_used_map();
   if (!(options_.static_graph && iterations_ == 0)) {  // the delayed path finalises itself
@@ -245,8 +241,7 @@ void Reducer::launch_ready_buckets() {
 
 void Reducer::launch_bucket(std::size_t b) {
   auto& bucket = buckets_[b];
-  bucket.launched = Clock::now();
-  if (b == 0) first_launch_ = bucket.launched;
+  bucket.launched = b == 0 ? times_.mark(Moment::kFirstLaunch) : Clock::now();
   const CollectiveLabel label(bucket.label);  // Note [Stall inspector]
   if (bucket.sparse) {
     const auto& param = params_[bucket.variables.front()];
@@ -287,7 +282,7 @@ void Reducer::finalize_backward() {
   std::lock_guard<std::mutex> lock(mutex_);
   TORCH_INTERNAL_ASSERT(state_ == ReducerState::kAllLaunched, "finalize in state ",
                         static_cast<int>(state_));
-  const auto wait_start = Clock::now();
+  times_.mark(Moment::kWaitStart);
   // Without the used map every bucket's result is final once it arrives, so it is written into
   // .grad at once, while later buckets are still being reduced.
   const bool write_each = !used_work_;
@@ -312,22 +307,16 @@ void Reducer::finalize_backward() {
     for (std::size_t i = 0; i < params_.size(); ++i) globally_unused_[i] = used[i] == 0;
     for (std::size_t b = 0; b < buckets_.size(); ++b) write_results(b);
   }
-  const auto end = Clock::now();
-  if (timeline::enabled()) record_step(wait_start, end);
+  times_.mark(Moment::kEnd);
+  if (timeline::enabled()) record_step(times_.host(Moment::kWaitStart), times_.host(Moment::kEnd));
   for (auto& bucket : buckets_) bucket.work.reset();
-  last_.backward_compute_ms = ms_between(forward_end_, last_ready_);
-  last_.backward_comm_ms = ms_between(first_launch_, end);
-  last_.exposed_comm_ms = ms_between(std::max(wait_start, last_ready_), end);
-  last_.overlap_ms = std::max(0.0, ms_between(first_launch_, last_ready_));
+  times_.end_step();
+  add_step_times(/*wait=*/false);
   last_.unused_parameters = static_cast<std::int64_t>(unused_.size());
   last_.unused_parameter_bytes = 0;
   for (auto u : unused_) {
     last_.unused_parameter_bytes += params_[u].numel() * params_[u].element_size();
   }
-  backward_ms_total_ += last_.backward_compute_ms;
-  comm_ms_total_ += last_.backward_comm_ms;
-  exposed_ms_total_ += last_.exposed_comm_ms;
-  overlap_ms_total_ += last_.overlap_ms;
   if (options_.static_graph && iterations_ == 0) {
     expected_hooks_ = hook_count_;
   }
@@ -339,7 +328,8 @@ void Reducer::finalize_backward() {
 // The step on the timeline: backward compute, each bucket from launch to the end of its
 // all-reduce (when the backend tells, else when the wait saw it), and the exposed wait.
 void Reducer::record_step(Clock::time_point wait_start, Clock::time_point end) {
-  timeline::record("backward", "ddp", forward_end_, last_ready_);
+  timeline::record("backward", "ddp", times_.host(Moment::kForwardEnd),
+                   times_.host(Moment::kLastReady));
   for (auto& bucket : buckets_) {
     auto done = bucket.work ? bucket.work->finished_at() : Clock::time_point{};
     if (done == Clock::time_point{}) done = end;
@@ -347,6 +337,23 @@ void Reducer::record_step(Clock::time_point wait_start, Clock::time_point end) {
     timeline::record("allreduce", "comm", bucket.launched, done, bucket.trace_args);
   }
   timeline::record("wait for buckets", "wait", wait_start, end);
+}
+
+// Note [Step times]: the steps whose times can be read now (all of them, waiting, with `wait`)
+// join the sums, and the newest becomes the last step's times.
+void Reducer::add_step_times(bool wait) const {
+  for (const auto& d : times_.take(wait)) {
+    totals_.forward_ms += d.forward_ms;
+    totals_.backward_compute_ms += d.backward_compute_ms;
+    totals_.backward_comm_ms += d.backward_comm_ms;
+    totals_.exposed_comm_ms += d.exposed_comm_ms;
+    totals_.overlap_ms += d.overlap_ms;
+    last_.forward_ms = d.forward_ms;
+    last_.backward_compute_ms = d.backward_compute_ms;
+    last_.backward_comm_ms = d.backward_comm_ms;
+    last_.exposed_comm_ms = d.exposed_comm_ms;
+    last_.overlap_ms = d.overlap_ms;
+  }
 }
 
 void Reducer::write_results(std::size_t bucket) {

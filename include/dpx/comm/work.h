@@ -20,6 +20,13 @@ class Work {
   virtual void wait(std::chrono::milliseconds timeout) = 0;
   void wait() { wait(default_timeout_); }
 
+  // Makes what the calling thread queues next on its current device stream see the result,
+  // as PyTorch's Work::synchronize and CUDA futures do. A device backend (nccl) only orders the
+  // streams and the host goes on at once: a collective that fails or hangs then surfaces in a
+  // later call, once c10d's watchdog has aborted the group at the group's timeout
+  // (docs/backends.md). A host backend has no stream to order: this is wait().
+  virtual void synchronize() { wait(); }
+
   virtual bool is_completed() = 0;
 
   // The error the collective failed with; null while it runs or once it succeeded.

@@ -27,7 +27,10 @@ class Future : public std::enable_shared_from_this<Future> {
 
   // Waits for the value; rethrows the collective's error or throws TimeoutError.
   at::Tensor wait(std::chrono::milliseconds timeout);
-  at::Tensor wait();  // with the process group's default timeout
+  // The value, usable by what the calling thread queues next on its current stream
+  // (Work::synchronize): on a host group, a wait with the group's default timeout; on a device
+  // group, the host does not wait for the device, as with PyTorch's CUDA futures.
+  at::Tensor wait();
   bool is_completed();
 
  private:

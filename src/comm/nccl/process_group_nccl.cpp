@@ -16,7 +16,7 @@
 #include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
 
 #include "comm/store/c10d_adapter.h"
-#include "env_read.h"
+#include "cuda/nccl_error_handling.h"
 
 namespace dpx::detail {
 namespace {
@@ -32,44 +32,6 @@ c10d::ReduceOp to_c10d(ReduceOp op) {
   TORCH_INTERNAL_ASSERT(false, "unknown ReduceOp");
 }
 
-// Note [NCCL error handling]
-// c10d's watchdog ends the whole process when a collective fails or outlives the group's timeout
-// under TORCH_NCCL_ASYNC_ERROR_HANDLING=1 (TearDown, what torchrun and dpxrun give workers) or 3
-// (SkipCleanUp, c10d's default). dpx promises a typed error instead, so its nccl groups are made
-// with mode 2 (CleanUpOnly): the watchdog aborts the communicators (ncclCommAbort) and marks the
-// work failed, and the blocking wait in NcclWork throws, which rethrow_nccl_error types. c10d
-// reads the variable in the group's constructor only; the process's own value is put back right
-// after, for any other c10d group. DPX_NCCL_ERROR_HANDLING=c10d keeps the process's value.
-bool dpx_handles_nccl_errors() {
-  const auto choice = env_string("DPX_NCCL_ERROR_HANDLING").value_or("dpx");
-  TORCH_CHECK(choice == "dpx" || choice == "c10d", "DPX_NCCL_ERROR_HANDLING is '", choice,
-              "'; use dpx (typed errors, the default) or c10d (TORCH_NCCL_ASYNC_ERROR_HANDLING "
-              "decides)");
-  return choice == "dpx";
-}
-
-class ErrorHandlingForConstruction {
- public:
-  explicit ErrorHandlingForConstruction(bool active) : active_(active) {
-    if (!active_) return;
-    if (const char* old = std::getenv(kName)) old_ = old;
-    ::setenv(kName, "2", 1);
-  }
-  ~ErrorHandlingForConstruction() {
-    if (!active_) return;
-    if (old_) {
-      ::setenv(kName, old_->c_str(), 1);
-    } else {
-      ::unsetenv(kName);
-    }
-  }
-
- private:
-  static constexpr const char* kName = "TORCH_NCCL_ASYNC_ERROR_HANDLING";
-  bool active_;
-  std::optional<std::string> old_;
-};
-
 class NcclWork : public Work {
  public:
   NcclWork(c10::intrusive_ptr<c10d::Work> work, std::chrono::milliseconds timeout,
@@ -84,6 +46,16 @@ class NcclWork : public Work {
       work_->wait(std::max(timeout, std::chrono::milliseconds(1)));
     } catch (const std::exception& e) {
       rethrow_nccl_error(e, where_, op_, timeout);
+    }
+  }
+  // Stream order only (Work::synchronize): the current stream waits for the NCCL stream. A
+  // failure c10d's watchdog has already recorded is thrown here; a later one at the next call.
+  void synchronize() override {
+    try {
+      if (auto error = work_->exception()) std::rethrow_exception(error);
+      work_->synchronize();
+    } catch (const std::exception& e) {
+      rethrow_nccl_error(e, where_, op_, default_timeout_);
     }
   }
   bool is_completed() override { return work_->isCompleted(); }
@@ -106,13 +78,16 @@ class NcclGroup : public ProcessGroup {
                          where());
     auto opts = c10d::ProcessGroupNCCL::Options::create();
     opts->timeout = options().timeout;
-    const bool dpx_handles_errors = dpx_handles_nccl_errors();
+    if (dpx_handles_nccl_errors() && !nccl_errors_reach_dpx()) {
+      TORCH_WARN_ONCE(where(), "TORCH_NCCL_ASYNC_ERROR_HANDLING is not 2: c10d's watchdog will "
+                      "end this process when an NCCL collective fails or times out, instead of "
+                      "dpx's typed errors. dpx::init_process() (which init_process_group calls) "
+                      "sets it; DPX_NCCL_ERROR_HANDLING=c10d silences this (Note [NCCL error "
+                      "handling])");
+    }
     try {
-      {
-        ErrorHandlingForConstruction error_handling(dpx_handles_errors);
-        pg_ = c10::make_intrusive<c10d::ProcessGroupNCCL>(c10d_store(store_), rank(), size(),
-                                                          opts);
-      }
+      pg_ = c10::make_intrusive<c10d::ProcessGroupNCCL>(c10d_group_store(store_, "nccl", rank()),
+                                                        rank(), size(), opts);
       // Eager: the communicator is made now, so a missing or failing peer shows here.
       pg_->setBoundDeviceId(device);
       pg_->eagerConnectSingleDevice(device);
