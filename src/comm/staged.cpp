@@ -1,10 +1,15 @@
 // Device tensors over a host backend (Note [Staged collectives]).
 #include <c10/util/Exception.h>
 
+#include <chrono>
+#include <string>
+#include <thread>
+
 #include "comm/setup/factory.h"
 #include "comm/copy_back_work.h"
 #include "comm/gloo/issuer.h"
 #include "cuda/stream_mark.h"
+#include "dpx/comm/errors.h"
 
 namespace dpx::detail {
 namespace {
@@ -79,13 +84,26 @@ class StagedGroup : public ProcessGroup {
     s.copied = copy_to_host_async(t, s.buffer);
     return s;
   }
-  // Step 2: on the issuer thread, the host collective once its input is on the host.
+  // Step 2: on the issuer thread, the host collective once its input is on the host. The
+  // issuer polls rather than blocks in the driver, so a stuck GPU is a TimeoutError.
   template <typename Launch>
   std::shared_ptr<Work> issue(std::shared_ptr<Staged> input, Launch launch) {
-    return issuer_.submit([input, launch]() mutable {
-      if (input->copied) input->copied->wait_reached();
+    return issuer_.submit([this, input, launch]() mutable {
+      if (input->copied) wait_for_copy(*input->copied);
       return launch();
     });
+  }
+  void wait_for_copy(StreamMark& copied) const {
+    const auto limit = options().timeout;
+    const auto deadline = std::chrono::steady_clock::now() + limit;
+    while (!copied.reached()) {
+      if (std::chrono::steady_clock::now() > deadline) {
+        throw TimeoutError(where() + backend() + ": the copy of a tensor from the device to the "
+                           "host did not finish within " + std::to_string(limit.count()) +
+                           " ms: the device is stuck or busy with work queued before it");
+      }
+      std::this_thread::sleep_for(std::chrono::microseconds(50));
+    }
   }
   std::shared_ptr<Work> staged(std::shared_ptr<Work> host, at::Tensor device, at::Tensor h) {
     auto back = [device, h]() mutable { device.copy_(h, /*non_blocking=*/device.is_cuda()); };

@@ -3,6 +3,7 @@
 #include <c10/util/Exception.h>
 
 #include <cstdlib>
+#include <mutex>
 
 #include "dpx/cuda.h"
 #include "env_read.h"
@@ -23,9 +24,14 @@ bool dpx_handles_nccl_errors() {
   return choice == "dpx";
 }
 
+// Once per process: a second init_process() (a second group, a new group after a failure)
+// comes when c10d's, Gloo's and DDP's threads may be reading the environment.
 void choose_nccl_error_handling() {
-  if (!dpx_handles_nccl_errors() || !cuda::built()) return;
-  ::setenv(kVariable, kCleanUpOnly, 1);
+  if (!cuda::built()) return;
+  static std::once_flag once;
+  std::call_once(once, [] {
+    if (dpx_handles_nccl_errors() && !nccl_errors_reach_dpx()) ::setenv(kVariable, kCleanUpOnly, 1);
+  });
 }
 
 bool nccl_errors_reach_dpx() {

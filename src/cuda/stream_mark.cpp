@@ -13,14 +13,24 @@ namespace dpx::detail {
 #if DPX_WITH_CUDA
 namespace {
 
+// Every call guards the mark's device: the thread asking (a staged group's issuer, the thread
+// reading DDP's statistics) may have another current device, and CUDA would otherwise make a
+// context on it.
 class CudaMark : public StreamMark {
  public:
-  // cudaEventDefault: timed (c10's default event flags disable timing).
-  CudaMark(const at::cuda::CUDAStream& stream) : device_(stream.device()), event_(cudaEventDefault) {
+  CudaMark(const at::cuda::CUDAStream& stream, unsigned int flags)
+      : device_(stream.device()), event_(flags) {
+    c10::cuda::CUDAGuard guard(device_);
     event_.record(stream);
   }
-  bool reached() override { return event_.query(); }
-  void wait_reached() override { event_.synchronize(); }
+  bool reached() override {
+    c10::cuda::CUDAGuard guard(device_);
+    return event_.query();
+  }
+  void wait_reached() override {
+    c10::cuda::CUDAGuard guard(device_);
+    event_.synchronize();
+  }
   double ms_since(StreamMark& earlier) override {
     auto* e = dynamic_cast<CudaMark*>(&earlier);
     TORCH_INTERNAL_ASSERT(e != nullptr, "ms_since: marks of different kinds");
@@ -39,7 +49,9 @@ class CudaMark : public StreamMark {
 
 std::unique_ptr<StreamMark> mark_current_stream(at::Device device) {
   if (!device.is_cuda()) return nullptr;
-  return std::make_unique<CudaMark>(at::cuda::getCurrentCUDAStream(device.index()));
+  // cudaEventDefault: timed (c10's default flags disable timing).
+  return std::make_unique<CudaMark>(at::cuda::getCurrentCUDAStream(device.index()),
+                                    cudaEventDefault);
 }
 
 // The side stream waits for what the current stream has queued (the gradient being copied), so
@@ -62,15 +74,13 @@ std::unique_ptr<StreamMark> copy_to_host_async(const at::Tensor& source, at::Ten
     host.copy_(source, /*non_blocking=*/true);
   }
   source.record_stream(side);
-  return std::make_unique<CudaMark>(side);
+  return std::make_unique<CudaMark>(side, cudaEventDisableTiming);
 }
 
 #else  // !DPX_WITH_CUDA
 
-std::unique_ptr<StreamMark> mark_current_stream(at::Device device) {
-  TORCH_CHECK(!device.is_cuda(), "a CUDA stream was asked for, but dpx was built without CUDA");
-  return nullptr;
-}
+// Without dpx's CUDA code a CUDA group (staged) is timed by the host clock, as the CPU is.
+std::unique_ptr<StreamMark> mark_current_stream(at::Device) { return nullptr; }
 
 std::unique_ptr<StreamMark> copy_to_host_async(const at::Tensor& source, at::Tensor& host) {
   host.copy_(source);

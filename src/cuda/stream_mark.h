@@ -15,14 +15,15 @@ class StreamMark {
   virtual ~StreamMark() = default;
   // Whether the device has reached the mark; never blocks.
   virtual bool reached() = 0;
-  // Blocks the calling thread until the device has reached the mark.
+  // Blocks the calling thread until the device has reached the mark (without a bound: for marks
+  // whose work is known to end, as a finished step's).
   virtual void wait_reached() = 0;
   // Milliseconds of device time from `earlier` to this mark; waits for both to be reached.
   virtual double ms_since(StreamMark& earlier) = 0;
 };
 
 // A mark on the current stream of `device`, timed; null for the CPU, whose marks are the host
-// clock's readings.
+// clock's readings (and in a dpx built without CUDA, whose CUDA groups the host clock times).
 std::unique_ptr<StreamMark> mark_current_stream(at::Device device);
 
 // Copies `source` (on any device) into `host`, a CPU tensor of its size and dtype (pinned, for a

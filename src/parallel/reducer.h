@@ -77,6 +77,7 @@ class Reducer {
   DdpStats stats() const;
   // A synchronised forward starts (Note [Step times]); returns the host's time of it.
   std::chrono::steady_clock::time_point mark_forward_start() {
+    std::lock_guard<std::mutex> lock(mutex_);
     return times_.mark(Moment::kForwardStart);
   }
 
@@ -160,6 +161,7 @@ class Reducer {
   // Note [Step times]: read as the device passes them, so stats() (const) may read more.
   mutable StepTimes times_;
   mutable StepDurations totals_;  // sums over the steps read so far
+  mutable std::int64_t steps_timed_ = 0;  // how many: what the averages divide by
   mutable DdpStats last_;  // the last iteration's times and unused parameters
   // Note [Step report]: with DPX_STEP_REPORT_DIR set (dpxrun sets it), the statistics are
   // written to <dir>/rank<R>.json every DPX_STEP_REPORT_EVERY iterations and at the end.

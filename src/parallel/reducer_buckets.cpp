@@ -72,6 +72,7 @@ Reducer::~Reducer() {
   if (!report_dir_.empty() && iterations_ > 0) {
     std::lock_guard<std::mutex> lock(mutex_);
     try {
+      add_step_times(/*wait=*/true);  // the steps the device had not passed yet
       write_report();
     } catch (const std::exception&) {
       // A destructor must not throw; the report is a convenience.
@@ -237,8 +238,8 @@ DdpStats Reducer::stats_locked() const {
   }
   s.iterations = iterations_;
   s.buckets_rebuilt = rebuilt_;
-  if (iterations_ > 0) {
-    const double n = static_cast<double>(iterations_);
+  if (steps_timed_ > 0) {
+    const double n = static_cast<double>(steps_timed_);
     s.avg_forward_ms = totals_.forward_ms / n;
     s.avg_backward_compute_ms = totals_.backward_compute_ms / n;
     s.avg_backward_comm_ms = totals_.backward_comm_ms / n;

@@ -343,6 +343,7 @@ void Reducer::record_step(Clock::time_point wait_start, Clock::time_point end) {
 // join the sums, and the newest becomes the last step's times.
 void Reducer::add_step_times(bool wait) const {
   for (const auto& d : times_.take(wait)) {
+    ++steps_timed_;
     totals_.forward_ms += d.forward_ms;
     totals_.backward_compute_ms += d.backward_compute_ms;
     totals_.backward_comm_ms += d.backward_comm_ms;

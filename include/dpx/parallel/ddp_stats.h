@@ -13,7 +13,9 @@ struct DdpStats {
   std::vector<std::size_t> bucket_num_parameters;
   std::int64_t iterations = 0;        // backward passes whose gradients were synchronised
   bool buckets_rebuilt = false;       // the one rebuild in observed gradient order happened
-  // Averages over synchronised iterations, in milliseconds.
+  // Averages over the synchronised iterations that ran a backward here (a rank that has joined
+  // early shadows the others' without timing them), in milliseconds. On CUDA, device times
+  // (docs/ddp.md, "Statistics").
   double avg_forward_ms = 0;          // the wrapped forward, buffer broadcast included
   double avg_backward_compute_ms = 0; // end of forward to the last gradient being ready
   double avg_backward_comm_ms = 0;    // first bucket launched to every bucket reduced

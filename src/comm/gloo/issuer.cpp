@@ -21,8 +21,9 @@ class Issuer::IssuedWork : public Work {
       std::unique_lock<std::mutex> lock(mutex_);
       if (!cv_.wait_until(lock, deadline, [&] { return launched_ || error_; })) {
         throw TimeoutError(where_ + name_ + ": the collective was not issued within " +
-                           std::to_string(timeout.count()) + " ms: the collectives before it "
-                           "or its check across ranks wait for a peer that is stuck or gone.");
+                           std::to_string(timeout.count()) + " ms: the collectives before it, "
+                           "or what issuing it waits for (a check across ranks, a copy from the "
+                           "device), wait for a peer or a device that is stuck or gone.");
       }
       if (error_) std::rethrow_exception(error_);
       launched = launched_;
