@@ -15,8 +15,8 @@
 
 #include "command.h"
 #include "stats.h"
-#include "dpx/parallel/data_parallel.h"
-#include "dpx/memory_policy.h"
+#include "dpx/data_parallel/data_parallel.h"
+#include "dpx/runtime/memory_policy.h"
 
 namespace dpx::bench {
 namespace {

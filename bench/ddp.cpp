@@ -43,7 +43,7 @@ struct Args {
 
 // The "-retain" configurations keep freed memory in the process as dpx DDP does by default: the
 // LibTorch ones through dpx's block cache (Note [CPU block cache] in
-// src/memory/cpu_block_cache.h), Python through glibc's tunables. The others run LibTorch's
+// src/runtime/memory/cpu_block_cache.h), Python through glibc's tunables. The others run LibTorch's
 // and glibc's defaults.
 enum class Mode {
   kPlain, kPlainRetain, kPlainPair, kPlainPairRetain, kDdp1, kDdp2, kDdp2View, kDdp2Timeline,
@@ -117,7 +117,7 @@ void train(Model model, const Args& a, Mode mode, const std::string& model_name,
            std::uint16_t port, const std::string& out) {
   torch::set_num_threads(a.threads);
   if (applies_retain(mode)) apply_memory_policy(MemoryPolicy::kRetain);
-  // What init_process_group would choose for the process (dpx/process.h): SIGPIPE ignored,
+  // What init_process_group would choose for the process (dpx/runtime/process.h): SIGPIPE ignored,
   // and DPX_MALLOC's policy (retain when unset) for DDP, as DDP programs get it.
   ProcessOptions process;
   process.apply_memory_policy = is_ddp(mode);

@@ -9,7 +9,7 @@
 #include "compare.h"
 #include "ddp_models.h"
 #include "dpx/dpx.h"
-#include "dpx/parallel/local_sgd.h"
+#include "dpx/algorithms/local_sgd.h"
 
 namespace dpx::bench {
 namespace {

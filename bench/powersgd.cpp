@@ -9,7 +9,7 @@
 #include "compare.h"
 #include "ddp_models.h"
 #include "dpx/dpx.h"
-#include "dpx/parallel/powersgd.h"
+#include "dpx/algorithms/powersgd.h"
 
 namespace dpx::bench {
 namespace {

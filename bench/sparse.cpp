@@ -1,5 +1,5 @@
 // dpx-bench sparse: DDP training steps of an embedding model whose Embedding has sparse
-// gradients (all-gathered rows, Note [Sparse buckets] in src/parallel/sparse_reduce.h) against
+// gradients (all-gathered rows, Note [Sparse buckets] in src/ddp/sparse_reduce.h) against
 // the same model with a dense Embedding gradient (all-reduced whole): bytes a rank sends per
 // step and step time. Runs as one worker of an env:// job; rank 0 prints. The two alternate
 // within each round (this machine is noisy); a step lasts as long as its slowest rank, and

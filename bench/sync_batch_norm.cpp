@@ -8,7 +8,7 @@
 
 #include "compare.h"
 #include "dpx/dpx.h"
-#include "dpx/parallel/sync_batch_norm.h"
+#include "dpx/algorithms/sync_batch_norm.h"
 
 namespace dpx::bench {
 namespace {

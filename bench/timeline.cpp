@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "command.h"
-#include "dpx/timeline.h"
+#include "dpx/observe/timeline.h"
 
 namespace dpx::bench {
 namespace {

@@ -9,7 +9,7 @@
 #include "compare.h"
 #include "ddp_models.h"
 #include "dpx/dpx.h"
-#include "dpx/parallel/zero_redundancy_optimizer.h"
+#include "dpx/algorithms/zero_redundancy_optimizer.h"
 
 namespace dpx::bench {
 namespace {

@@ -34,7 +34,7 @@ if(DPX_TORCH_VERSION VERSION_LESS 1.13)
 endif()
 if(DPX_TORCH_VERSION VERSION_GREATER_EQUAL 2.16)
   message(WARNING "dpx: LibTorch ${DPX_TORCH_VERSION} is newer than any dpx was tested with "
-    "(1.13 to 2.15); src/compat/ is where a difference would go")
+    "(1.13 to 2.15); src/runtime/compat/ is where a difference would go")
 endif()
 if(DPX_TORCH_VERSION VERSION_GREATER_EQUAL 2.13)
   set(DPX_CXX_STANDARD 20)  # ATen's headers need C++20 from 2.13 on

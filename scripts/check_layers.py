@@ -16,13 +16,13 @@ import sys
 
 # Bottom up. Patterns are fnmatch patterns on paths relative to the repository root.
 LAYERS = [
-    ("compat", ["src/compat/*"]),
-    ("runtime", ["src/env.cpp", "src/env_read.*", "src/scheduler_env.*", "src/process.cpp",
-                 "src/sigpipe.*", "src/memory/*", "src/cuda/*", "include/dpx/env.h",
-                 "include/dpx/process.h", "include/dpx/memory_policy.h", "include/dpx/cuda.h"]),
-    ("store", ["src/comm/store/*", "src/comm/net/*", "include/dpx/comm/store.h",
-               "include/dpx/comm/types.h", "include/dpx/comm/errors.h"]),
-    ("observe", ["src/timeline/*", "include/dpx/timeline.h"]),
+    ("compat", ["src/runtime/compat/*"]),
+    ("runtime", ["src/runtime/env.cpp", "src/env_read.*", "src/scheduler_env.*", "src/runtime/process.cpp",
+                 "src/sigpipe.*", "src/runtime/memory/*", "src/runtime/cuda/*", "include/dpx/runtime/env.h",
+                 "include/dpx/runtime/process.h", "include/dpx/runtime/memory_policy.h", "include/dpx/runtime/cuda.h"]),
+    ("store", ["src/store/*", "src/store/*", "include/dpx/store/store.h",
+               "include/dpx/comm/types.h", "include/dpx/store/errors.h"]),
+    ("observe", ["src/observe/timeline/*", "include/dpx/observe/timeline.h"]),
     ("comm", ["src/comm/*", "include/dpx/comm/*"]),
     ("data", ["src/data/*", "include/dpx/data/*"]),
     ("parallel", ["src/parallel/*", "include/dpx/parallel/*", "src/amp/*", "include/dpx/amp/*"]),

@@ -2,7 +2,7 @@
 
 #include <c10/util/Exception.h>
 
-#include "compat/autocast.h"
+#include "runtime/compat/autocast.h"
 
 namespace dpx {
 

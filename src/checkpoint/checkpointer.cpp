@@ -12,10 +12,10 @@
 #include <cstdio>
 #include <sstream>
 
-#include "dpx/comm/errors.h"
-#include "dpx/cuda.h"
+#include "dpx/store/errors.h"
+#include "dpx/runtime/cuda.h"
 #include "checkpoint/torch_checkpoint.h"
-#include "parallel/control.h"
+#include "comm/control.h"
 
 namespace dpx {
 namespace {

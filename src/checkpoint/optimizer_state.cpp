@@ -4,7 +4,7 @@
 #include <torch/optim/adamw.h>
 #include <torch/optim/sgd.h>
 
-#include "compat/optimizer.h"
+#include "runtime/compat/optimizer.h"
 
 namespace dpx::detail {
 namespace {

@@ -4,7 +4,7 @@
 
 #include <sstream>
 
-#include "comm/store/round.h"
+#include "store/round.h"
 #include "dpx/comm/types.h"
 
 namespace dpx::detail {

@@ -11,7 +11,7 @@
 //     the setting and both values, before any segment or connection is made.
 //  2. Before each collective exchanges data, every rank compares its CollectiveDescriptor with
 //     every peer's (check_same): the shm backend through its segment (Note [Mismatch check] in
-//     comm/shm/channel.h), the gloo backend through a small allgather that precedes the data.
+//     comm/backends/shm/channel.h), the gloo backend through a small allgather that precedes the data.
 //     Every rank raises MismatchError, and the group stays usable.
 #pragma once
 
@@ -22,8 +22,8 @@
 #include <string>
 #include <vector>
 
-#include "dpx/comm/errors.h"
-#include "dpx/comm/store.h"
+#include "dpx/store/errors.h"
+#include "dpx/store/store.h"
 
 namespace dpx::detail {
 

@@ -8,11 +8,11 @@
 #include "comm/setup/factory.h"
 #include "comm/init_url.h"
 #include "comm/rendezvous_store.h"
-#include "comm/store/job_token.h"
-#include "dpx/comm/errors.h"
-#include "dpx/cuda.h"
-#include "dpx/env.h"
-#include "dpx/timeline.h"
+#include "store/job_token.h"
+#include "dpx/store/errors.h"
+#include "dpx/runtime/cuda.h"
+#include "dpx/runtime/env.h"
+#include "dpx/observe/timeline.h"
 
 namespace dpx {
 namespace {
@@ -160,7 +160,7 @@ std::shared_ptr<ProcessGroup> init_process_group(InitOptions opts) {
   // and any CUDA call without a device land on it, not on GPU 0.
   cuda::set_current_device(pg.device);
   auto group = new_group(backend, store, r.rank, r.world_size, pg);
-  // Note [Timeline clocks] in src/timeline/clock.cpp: every rank of the group takes part.
+  // Note [Timeline clocks] in src/observe/timeline/clock.cpp: every rank of the group takes part.
   if (timeline::start_from_env(r.rank)) timeline::align_clock(*store, r.rank, r.world_size);
   return group;
 }

@@ -4,8 +4,8 @@
 
 #include <utility>
 
-#include "comm/stall_inspector.h"
-#include "dpx/comm/errors.h"
+#include "observe/stall_inspector.h"
+#include "dpx/store/errors.h"
 
 namespace dpx {
 namespace {

@@ -5,7 +5,7 @@
 #include <memory>
 
 #include "dpx/comm/init.h"
-#include "dpx/comm/store.h"
+#include "dpx/store/store.h"
 
 namespace dpx::detail {
 

@@ -1,6 +1,6 @@
 #include "dpx/comm/work.h"
 
-#include "dpx/comm/errors.h"
+#include "dpx/store/errors.h"
 
 namespace dpx {
 

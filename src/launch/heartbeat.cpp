@@ -2,14 +2,14 @@
 
 #include <c10/util/Exception.h>
 
-#include "comm/store/job_token.h"
-#include "dpx/comm/store.h"
-#include "env_read.h"
+#include "store/job_token.h"
+#include "dpx/store/store.h"
+#include "runtime/env_read.h"
 
 namespace dpx {
 
 Heartbeat::Heartbeat(HeartbeatOptions options) {
-  // dpxrun sets all three (Note [Environment] in dpx/env.h); unset outside dpxrun.
+  // dpxrun sets all three (Note [Environment] in dpx/runtime/env.h); unset outside dpxrun.
   const auto agent_store = detail::env_string("DPX_AGENT_STORE");
   const auto heartbeat_key = detail::env_string("DPX_HEARTBEAT_KEY");
   const auto heartbeat_timeout = detail::env_positive("DPX_HEARTBEAT_TIMEOUT");

@@ -15,7 +15,7 @@
 #include <c10/util/Exception.h>
 #include <nlohmann/json.hpp>
 
-#include "dpx/comm/store.h"
+#include "dpx/store/store.h"
 #include "dpx/launch/error_handler.h"
 
 namespace dpx {

@@ -13,9 +13,9 @@
 #include <vector>
 
 #include "dpx/dpx.h"
-#include "dpx/parallel/data_parallel.h"
+#include "dpx/data_parallel/data_parallel.h"
 #include "harness.h"
-#include "memory/cpu_block_cache.h"
+#include "runtime/memory/cpu_block_cache.h"
 
 namespace dpx {
 namespace {

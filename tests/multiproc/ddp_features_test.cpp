@@ -5,7 +5,7 @@
 
 #include "ddp_models.h"
 #include "dpx/dpx.h"
-#include "dpx/parallel/sync_batch_norm.h"
+#include "dpx/algorithms/sync_batch_norm.h"
 #include "expect_throws.h"
 #include "harness.h"
 

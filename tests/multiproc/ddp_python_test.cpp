@@ -12,8 +12,8 @@
 
 #include "ddp_models.h"
 #include "dpx/dpx.h"
-#include "dpx/parallel/local_sgd.h"
-#include "dpx/parallel/powersgd.h"
+#include "dpx/algorithms/local_sgd.h"
+#include "dpx/algorithms/powersgd.h"
 #include "harness.h"
 
 namespace dpx {

@@ -1,5 +1,5 @@
 // DDP with sparse gradients (Embedding with sparse(true); Note [Sparse buckets] in
-// src/parallel/sparse_reduce.h), against one process on the whole batch, on every backend.
+// src/ddp/sparse_reduce.h), against one process on the whole batch, on every backend.
 #include <signal.h>
 #include <torch/torch.h>
 

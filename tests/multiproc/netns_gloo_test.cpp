@@ -7,7 +7,7 @@
 #include <fstream>
 #include <iterator>
 
-#include "comm/net/route.h"
+#include "store/route.h"
 #include "launcher_harness.h"
 #include "netns_hosts.h"
 

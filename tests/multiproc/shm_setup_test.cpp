@@ -1,6 +1,6 @@
 // Set-up of the shm backend's segment under hostile conditions: rank 0 killed inside the set-up
 // window, a /dev/shm far smaller than the group (as in a default Docker container), memory that
-// cannot be reserved (Note [No name] in src/comm/shm/segment.h).
+// cannot be reserved (Note [No name] in src/comm/backends/shm/segment.h).
 #include <dirent.h>
 #include <sched.h>
 #include <signal.h>

@@ -9,7 +9,7 @@
 
 #include <torch/torch.h>
 
-#include "comm/shm/process_group_shm.h"
+#include "comm/backends/shm/process_group_shm.h"
 #include "dpx/dpx.h"
 #include "harness.h"
 

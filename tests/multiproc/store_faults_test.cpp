@@ -1,5 +1,5 @@
 // dpx's TCP store against hostile or mistaken peers (Note [Hostile clients] and [Job token] in
-// src/comm/store/tcp_server.h): a foreign program on the store's port, clients that send half a
+// src/store/tcp_server.h): a foreign program on the store's port, clients that send half a
 // request, announce 2 GiB, send garbage, say nothing, or present another job's token.
 #include <arpa/inet.h>
 #include <netdb.h>
@@ -12,7 +12,7 @@
 
 #include <torch/torch.h>
 
-#include "comm/store/tcp_protocol.h"
+#include "store/tcp_protocol.h"
 #include "dpx/dpx.h"
 #include "expect_throws.h"
 #include "harness.h"

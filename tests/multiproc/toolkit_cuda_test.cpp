@@ -5,9 +5,9 @@
 #include <torch/torch.h>
 
 #include "cuda_ranks.h"
-#include "dpx/parallel/powersgd.h"
-#include "dpx/parallel/sync_batch_norm.h"
-#include "dpx/parallel/zero_redundancy_optimizer.h"
+#include "dpx/algorithms/powersgd.h"
+#include "dpx/algorithms/sync_batch_norm.h"
+#include "dpx/algorithms/zero_redundancy_optimizer.h"
 #include "expect_throws.h"
 
 namespace dpx {

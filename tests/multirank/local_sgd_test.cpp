@@ -2,7 +2,7 @@
 #include <torch/torch.h>
 
 #include "dpx/dpx.h"
-#include "dpx/parallel/local_sgd.h"
+#include "dpx/algorithms/local_sgd.h"
 #include "expect_throws.h"
 #include "harness.h"
 

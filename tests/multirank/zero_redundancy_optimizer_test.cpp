@@ -2,10 +2,10 @@
 #include <torch/torch.h>
 
 #include "dpx/dpx.h"
-#include "dpx/parallel/zero_redundancy_optimizer.h"
+#include "dpx/algorithms/zero_redundancy_optimizer.h"
 #include "expect_throws.h"
 #include "harness.h"
-#include "parallel/zero_partition.h"
+#include "algorithms/zero_partition.h"
 
 namespace dpx {
 namespace {

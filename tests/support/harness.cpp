@@ -13,8 +13,8 @@
 #include <thread>
 
 #include "dpx/comm/init.h"
-#include "dpx/cuda.h"
-#include "dpx/process.h"
+#include "dpx/runtime/cuda.h"
+#include "dpx/runtime/process.h"
 
 namespace dpx::test {
 namespace {

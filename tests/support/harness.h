@@ -10,8 +10,8 @@
 #include <vector>
 
 #include "dpx/comm/process_group.h"
-#include "dpx/comm/store.h"
-#include "dpx/process.h"
+#include "dpx/store/store.h"
+#include "dpx/runtime/process.h"
 
 namespace dpx::test {
 

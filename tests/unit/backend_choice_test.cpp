@@ -5,7 +5,7 @@
 #include <cstdlib>
 
 #include "comm/setup/choose.h"
-#include "dpx/cuda.h"
+#include "dpx/runtime/cuda.h"
 #include "expect_throws.h"
 
 namespace dpx::detail {

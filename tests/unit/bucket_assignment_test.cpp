@@ -2,7 +2,7 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
-#include "dpx/parallel/bucket_assignment.h"
+#include "dpx/ddp/bucket_assignment.h"
 
 namespace dpx {
 namespace {

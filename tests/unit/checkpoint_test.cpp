@@ -9,7 +9,7 @@
 #include <fstream>
 
 #include "dpx/checkpoint/checkpointer.h"
-#include "dpx/cuda.h"
+#include "dpx/runtime/cuda.h"
 
 namespace {
 

@@ -5,8 +5,8 @@
 
 #include <thread>
 
-#include "comm/nccl/translate.h"
-#include "cuda/device.h"
+#include "comm/backends/nccl/translate.h"
+#include "runtime/cuda/device.h"
 #include "dpx/dpx.h"
 #include "expect_throws.h"
 
@@ -81,7 +81,7 @@ TEST(DeviceBackendChoice, UnknownBackendsNameNccl) {
   EXPECT_THAT(msg, HasSubstr("use auto, shm, gloo, hierarchical or nccl"));
 }
 
-// c10d's texts (Note [NCCL error words] in comm/nccl/translate.cpp) as the typed errors.
+// c10d's texts (Note [NCCL error words] in comm/backends/nccl/translate.cpp) as the typed errors.
 void rethrow(const std::string& text) {
   detail::rethrow_nccl_error(std::runtime_error(text), "[rank 0/2 h:1] ", "allreduce",
                              std::chrono::milliseconds(500));

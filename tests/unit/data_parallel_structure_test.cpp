@@ -6,9 +6,9 @@
 #include <map>
 #include <stdexcept>
 
-#include "dpx/parallel/data_parallel.h"
-#include "parallel/data_parallel_backward.h"
-#include "parallel/parallel_apply_threads.h"
+#include "dpx/data_parallel/data_parallel.h"
+#include "data_parallel/data_parallel_backward.h"
+#include "data_parallel/parallel_apply_threads.h"
 
 namespace {
 

@@ -5,7 +5,7 @@
 #include <atomic>
 #include <map>
 
-#include "dpx/parallel/data_parallel.h"
+#include "dpx/data_parallel/data_parallel.h"
 
 namespace {
 

@@ -3,7 +3,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "dpx/parallel/ddp_stats.h"
+#include "dpx/ddp/ddp_stats.h"
 
 namespace dpx {
 namespace {

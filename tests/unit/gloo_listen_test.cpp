@@ -8,9 +8,9 @@
 #include <gtest/gtest.h>
 #include <gmock/gmock.h>
 
-#include "comm/gloo/device.h"
-#include "comm/net/route.h"
-#include "dpx/comm/store.h"
+#include "comm/backends/gloo/device.h"
+#include "store/route.h"
+#include "dpx/store/store.h"
 #include "expect_throws.h"
 
 namespace dpx::detail {

@@ -4,9 +4,9 @@
 
 #include <ATen/CPUGeneratorImpl.h>
 
-#include "dpx/parallel/parallel_apply.h"
-#include "dpx/parallel/replicate.h"
-#include "dpx/parallel/scatter_gather.h"
+#include "dpx/data_parallel/parallel_apply.h"
+#include "dpx/data_parallel/replicate.h"
+#include "dpx/data_parallel/scatter_gather.h"
 
 namespace {
 

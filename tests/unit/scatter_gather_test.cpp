@@ -1,7 +1,7 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
-#include "dpx/parallel/scatter_gather.h"
+#include "dpx/data_parallel/scatter_gather.h"
 
 namespace {
 

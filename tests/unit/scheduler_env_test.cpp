@@ -5,9 +5,9 @@
 #include <gtest/gtest.h>
 #include <gmock/gmock.h>
 
-#include "dpx/env.h"
+#include "dpx/runtime/env.h"
 #include "expect_throws.h"
-#include "scheduler_env.h"
+#include "runtime/scheduler_env.h"
 
 namespace dpx::detail {
 namespace {

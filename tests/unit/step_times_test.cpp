@@ -6,7 +6,7 @@
 #include <memory>
 #include <vector>
 
-#include "parallel/step_times.h"
+#include "ddp/step_times.h"
 
 namespace dpx::detail {
 namespace {

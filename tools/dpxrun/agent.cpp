@@ -13,8 +13,8 @@
 #include <filesystem>
 #include <set>
 
-#include "compat/torch_version.h"
-#include "dpx/comm/errors.h"
+#include "runtime/compat/torch_version.h"
+#include "dpx/store/errors.h"
 #include "net.h"
 
 extern char** environ;

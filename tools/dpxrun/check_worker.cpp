@@ -9,12 +9,12 @@
 #include <torch/torch.h>
 
 #include "check.h"
-#include "comm/gloo/device.h"
+#include "comm/backends/gloo/device.h"
 #include "comm/setup/choose.h"
 #include "comm/rendezvous_store.h"
-#include "compat/torch_version.h"
+#include "runtime/compat/torch_version.h"
 #include "dpx/dpx.h"
-#include "env_read.h"
+#include "runtime/env_read.h"
 #include "net.h"
 
 namespace dpxrun {

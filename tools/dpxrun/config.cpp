@@ -11,7 +11,7 @@
 #include <sstream>
 #include <thread>
 
-#include "dpx/cuda.h"
+#include "dpx/runtime/cuda.h"
 #include "slurm.h"
 
 namespace dpxrun {

@@ -9,8 +9,8 @@
 #include <thread>
 #include <vector>
 
-#include "comm/net/route.h"
-#include "dpx/comm/errors.h"
+#include "store/route.h"
+#include "dpx/store/errors.h"
 #include "net.h"
 
 namespace dpxrun {

@@ -24,7 +24,7 @@
 #include <string>
 
 #include "config.h"
-#include "dpx/comm/store.h"
+#include "dpx/store/store.h"
 
 namespace dpxrun {
 

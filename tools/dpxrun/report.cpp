@@ -10,7 +10,7 @@
 #include <nlohmann/json.hpp>
 #include <regex>
 
-#include "dpx/timeline.h"
+#include "dpx/observe/timeline.h"
 
 namespace dpxrun {
 namespace fs = std::filesystem;

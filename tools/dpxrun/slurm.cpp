@@ -4,7 +4,7 @@
 
 #include <cstdlib>
 
-#include "scheduler_env.h"
+#include "runtime/scheduler_env.h"
 
 namespace dpxrun {
 namespace {

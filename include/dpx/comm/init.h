@@ -8,8 +8,8 @@
 #include <string>
 
 #include "dpx/comm/process_group.h"
-#include "dpx/comm/store.h"
-#include "dpx/process.h"
+#include "dpx/store/store.h"
+#include "dpx/runtime/process.h"
 
 namespace dpx {
 
@@ -31,7 +31,7 @@ struct InitOptions {
   std::chrono::milliseconds timeout = kDefaultTimeout;
   // Distinguishes several groups of one job on one store (keys are prefixed with it).
   std::string group_name = "default";
-  // The process-wide choices init_process_group makes first (dpx/process.h); std::nullopt
+  // The process-wide choices init_process_group makes first (dpx/runtime/process.h); std::nullopt
   // leaves the process as it is.
   std::optional<ProcessOptions> process = ProcessOptions{};
 };

@@ -7,7 +7,7 @@
 #include <functional>
 #include <string>
 
-#include "dpx/comm/errors.h"
+#include "dpx/store/errors.h"
 #include "dpx/comm/types.h"
 
 namespace dpx {

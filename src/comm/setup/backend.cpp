@@ -2,7 +2,7 @@
 
 #include <c10/util/Exception.h>
 
-#include "env_read.h"
+#include "runtime/env_read.h"
 
 namespace dpx::detail {
 

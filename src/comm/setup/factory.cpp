@@ -5,8 +5,8 @@
 #include <optional>
 
 #include "comm/setup/choose.h"
-#include "dpx/comm/errors.h"
-#include "dpx/cuda.h"
+#include "dpx/store/errors.h"
+#include "dpx/runtime/cuda.h"
 
 namespace dpx::detail {
 

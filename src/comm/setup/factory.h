@@ -7,7 +7,7 @@
 #include "comm/setup/backend.h"
 #include "comm/setup/placement.h"
 #include "dpx/comm/process_group.h"
-#include "dpx/comm/store.h"
+#include "dpx/store/store.h"
 
 namespace dpx::detail {
 
@@ -26,14 +26,14 @@ std::shared_ptr<ProcessGroup> make_group(Backend asked, const BackendArgs& args)
 
 std::shared_ptr<ProcessGroup> make_gloo_group(const BackendArgs& args);
 std::shared_ptr<ProcessGroup> make_shm_group(const BackendArgs& args);
-// The nccl backend (src/comm/nccl/): one CUDA device per rank; a clear error without CUDA.
+// The nccl backend (src/comm/backends/nccl/): one CUDA device per rank; a clear error without CUDA.
 std::shared_ptr<ProcessGroup> make_nccl_group(const BackendArgs& args);
 // All-reduce and broadcast through the host (shm) and between one leader per host (gloo)
-// (Note [Hierarchical collectives] in comm/hierarchical.cpp); `layout` is the job's.
+// (Note [Hierarchical collectives] in comm/backends/hierarchical/process_group_hierarchical.cpp); `layout` is the job's.
 std::shared_ptr<ProcessGroup> make_hierarchical_group(const BackendArgs& args,
                                                       const HostLayout& layout);
 // Collectives on `options.device` tensors over `host`, a CPU group, through host buffers
-// (Note [Staged collectives] in comm/staged.cpp).
+// (Note [Staged collectives] in comm/backends/staged/process_group_staged.cpp).
 std::shared_ptr<ProcessGroup> make_staged_group(std::shared_ptr<ProcessGroup> host,
                                                 ProcessGroup::Options options);
 

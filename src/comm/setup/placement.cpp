@@ -8,8 +8,8 @@
 #include <map>
 #include <set>
 
-#include "comm/store/round.h"
-#include "cuda/device.h"
+#include "store/round.h"
+#include "runtime/cuda/device.h"
 
 namespace dpx::detail {
 namespace {

@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "dpx/comm/store.h"
+#include "dpx/store/store.h"
 
 namespace dpx::detail {
 

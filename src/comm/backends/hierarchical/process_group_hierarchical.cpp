@@ -1,0 +1,285 @@
+// The hierarchical backend: shm inside each host, gloo between one leader per host
+// (Note [Hierarchical collectives]).
+#include <c10/util/Exception.h>
+
+#include <functional>
+
+#include "comm/setup/factory.h"
+#include "comm/consistency.h"
+#include "comm/issuer.h"
+#include "comm/setup/placement.h"
+#include "comm/backends/shm/process_group_shm.h"
+#include "dpx/store/errors.h"
+
+namespace dpx::detail {
+namespace {
+
+// Note [Hierarchical collectives]
+// A job on several hosts with several ranks on some host sends, over flat ring Gloo, every
+// rank's share of each all-reduce across the network. This group sends only one leader's per
+// host (local rank 0, the host's lowest rank):
+//  1. inside each host, the ranks all-reduce over shm (sum for sum and avg);
+//  2. the leaders all-reduce the host results over gloo (a group of one rank per host, whose
+//     rank is the host's index: hosts are numbered by their lowest rank);
+//  3. inside each host, the leader broadcasts the result over shm (for avg, the leader first
+//     divides the sum by the world size).
+// A broadcast runs the same way: inside the root's host from the root (unless the root leads
+// it), between the leaders from the root's host, inside every host from its leader.
+// all-gather, reduce-scatter and barrier go over a flat gloo group of every rank (in issue order
+// with the others). Hosts with
+// one rank have no shm group; a job on one host no leaders' group. The steps of one collective
+// run on the group's issuer thread, one collective after the other in issue order, so every
+// sub-group sees its collectives in the same order on every rank.
+//
+// Errors keep their types and end every rank (Note [Hierarchical errors]).
+//
+// Note [Hierarchical errors]
+// Ranks that disagree on a collective: step 1 finds a disagreement inside a host (every rank of
+// that host raises MismatchError), step 2 one between hosts (every leader raises). The others
+// must hear of it, or they would wait for the timeout:
+//  - a leader whose host disagreed calls a barrier instead of the all-reduce in step 2, so the
+//    other leaders' check fails too;
+//  - a leader whose step 2 failed that way calls a barrier instead of step 3's broadcast, so its
+//    host's ranks' check fails too.
+// Every rank then raises MismatchError and the sub-groups stay in step: the group stays usable.
+// A broadcast whose ranks disagree only inside a host other than the root's is found in step 3
+// by that host alone; the other hosts complete it.
+// Any other error (a lost peer, a timeout) breaks the group on this rank: the leader aborts its
+// host's shm group with the same error type, so that its ranks stop waiting in step 3, and drops
+// its leaders' gloo group, whose closed connections end the other leaders' step 2 with
+// PeerLostError (which they pass on to their hosts the same way). Every later collective fails
+// at once with the first error.
+class HierarchicalGroup : public ProcessGroup {
+ public:
+  HierarchicalGroup(const BackendArgs& args, const HostLayout& layout);
+  ~HierarchicalGroup() override { issuer_.reset(); }  // before the groups its thread uses
+  std::string backend() const override { return "hierarchical"; }
+
+ protected:
+  std::shared_ptr<Work> do_allreduce(at::Tensor& tensor, const AllreduceOptions& opts) override;
+  std::shared_ptr<Work> do_broadcast(at::Tensor& tensor, const BroadcastOptions& opts) override;
+  // Handed to the flat group on the issuer thread, after the collectives issued before them
+  // finished: so a barrier also waits for this rank's earlier all-reduces, as on shm.
+  std::shared_ptr<Work> do_allgather(at::Tensor& output, const at::Tensor& input) override {
+    return issuer_->submit([this, output, input]() mutable {
+      return flat_->allgather(output, input);
+    });
+  }
+  std::shared_ptr<Work> do_reduce_scatter(at::Tensor& output, const at::Tensor& input,
+                                          const ReduceScatterOptions& opts) override {
+    return issuer_->submit([this, output, input, opts]() mutable {
+      return flat_->reduce_scatter(output, input, opts);
+    });
+  }
+  std::shared_ptr<Work> do_barrier() override {
+    return issuer_->submit([this] { return flat_->barrier(); });
+  }
+
+ private:
+  using Step = std::function<std::shared_ptr<Work>()>;
+  // One collective's steps on this rank; a null step is skipped.
+  struct Steps {
+    const char* op;
+    Step inside;              // step 1
+    Step between;             // step 2 (leaders)
+    at::Tensor result;        // broadcast in step 3
+    std::function<void()> finish;  // by the rank that makes the final result
+  };
+
+  // Issues `steps` on the issuer thread.
+  std::shared_ptr<Work> issue(Steps steps);
+  // Runs the steps (Note [Hierarchical collectives]), or fails at once if the group broke.
+  void run(const Steps& s);
+  void run_steps(const Steps& s);
+  // Where a step found that ranks disagree: step 1, step 2, step 3.
+  enum class Found { kInside, kBetween, kSpread };
+  // The error of a step that disagreed, rethrown with what the sub-group's ranks mean.
+  [[noreturn]] void rethrow_mismatch(std::exception_ptr e, const char* op, Found where) const;
+  void break_group(std::exception_ptr error);
+
+  HostLayout layout_;
+  int host_;
+  std::shared_ptr<ShmGroup> inside_;       // this host's ranks; null when alone on the host
+  std::shared_ptr<ProcessGroup> between_;  // the leaders; null unless leader of several hosts
+  std::shared_ptr<ProcessGroup> flat_;     // every rank
+  std::exception_ptr broken_;              // issuer thread only
+  std::unique_ptr<Issuer> issuer_;
+};
+
+BackendArgs sub_group(const BackendArgs& args, const std::string& prefix, int rank, int size) {
+  BackendArgs sub = args;
+  sub.store = Store::prefix(prefix, args.store);
+  sub.rank = rank;
+  sub.size = size;
+  return sub;
+}
+
+HierarchicalGroup::HierarchicalGroup(const BackendArgs& args, const HostLayout& layout)
+    : ProcessGroup(args.rank, args.size, args.options), layout_(layout),
+      host_(layout.host_of.at(args.rank)) {
+  TORCH_CHECK(args.options.device.is_cpu(), where(), "the hierarchical backend works on CPU "
+              "tensors (a CUDA group stages them: docs/backends.md), not ", args.options.device);
+  TORCH_INTERNAL_ASSERT(static_cast<int>(layout.host_of.size()) == args.size);
+  check_settings_agree(*args.store, rank(), size(), {{"backend", "hierarchical"}},
+                       options().timeout, where());
+  // Inside first, then between, then flat: each waits only for ranks that finished the one
+  // before (a leader is in both of the first two).
+  const int local_size = layout_.local_size(rank());
+  if (local_size > 1) {
+    inside_ = std::make_shared<ShmGroup>(sub_group(args, "hier/host" + std::to_string(host_),
+                                                   layout_.local_rank_of[rank()], local_size));
+  }
+  if (layout_.hosts() > 1 && layout_.is_leader(rank())) {
+    between_ = make_gloo_group(sub_group(args, "hier/leaders", host_, layout_.hosts()));
+  }
+  flat_ = make_gloo_group(sub_group(args, "hier/all", rank(), size()));
+  issuer_ = std::make_unique<Issuer>(options().timeout, where(), "hierarchical");
+}
+
+std::shared_ptr<Work> HierarchicalGroup::issue(Steps steps) {
+  return issuer_->submit([this, steps = std::move(steps)]() -> std::shared_ptr<Work> {
+    run(steps);
+    auto done = std::make_shared<CompletionWork>(options().timeout, where());
+    done->complete();
+    return done;
+  });
+}
+
+std::shared_ptr<Work> HierarchicalGroup::do_allreduce(at::Tensor& tensor,
+                                                      const AllreduceOptions& opts) {
+  at::Tensor t = tensor;
+  // Each step sums; the average divides once, at the end (and so differs from flat gloo's,
+  // which divides every rank's tensor first, in the last bits).
+  const ReduceOp op = opts.op == ReduceOp::kAvg ? ReduceOp::kSum : opts.op;
+  Steps s{"allreduce", nullptr, nullptr, t, nullptr};
+  if (inside_) s.inside = [this, t, op]() mutable { return inside_->allreduce(t, {op}); };
+  if (between_) s.between = [this, t, op]() mutable { return between_->allreduce(t, {op}); };
+  if (opts.op == ReduceOp::kAvg) s.finish = [t, n = size()]() mutable { t.div_(n); };
+  return issue(std::move(s));
+}
+
+std::shared_ptr<Work> HierarchicalGroup::do_broadcast(at::Tensor& tensor,
+                                                      const BroadcastOptions& opts) {
+  at::Tensor t = tensor;
+  const int root_host = layout_.host_of[opts.root];
+  const int root_local = layout_.local_rank_of[opts.root];
+  Steps s{"broadcast", nullptr, nullptr, t, nullptr};
+  // With one host, step 1 is the whole broadcast; else step 3 spreads what the leaders got.
+  if (inside_ && host_ == root_host && (root_local != 0 || layout_.hosts() == 1)) {
+    s.inside = [this, t, root_local]() mutable { return inside_->broadcast(t, {root_local}); };
+  }
+  if (between_) s.between = [this, t, root_host]() mutable {
+    return between_->broadcast(t, {root_host});
+  };
+  return issue(std::move(s));
+}
+
+void HierarchicalGroup::run(const Steps& s) {
+  if (broken_) std::rethrow_exception(broken_);
+  try {
+    run_steps(s);
+  } catch (const MismatchError&) {
+    throw;  // every rank raised it, in step (Note [Hierarchical errors])
+  } catch (...) {
+    break_group(std::current_exception());
+    throw;
+  }
+}
+
+void HierarchicalGroup::run_steps(const Steps& s) {
+  std::exception_ptr host_disagreed, hosts_disagreed;
+  if (s.inside) {
+    try {
+      s.inside()->wait();
+    } catch (const MismatchError&) {
+      host_disagreed = std::current_exception();
+    }
+  }
+  if (between_) {
+    try {
+      // A host that disagreed tells the other leaders by a call that cannot match theirs.
+      (host_disagreed ? between_->barrier() : s.between())->wait();
+    } catch (const MismatchError&) {
+      if (!host_disagreed) hosts_disagreed = std::current_exception();
+    }
+  }
+  if (host_disagreed) rethrow_mismatch(host_disagreed, s.op, Found::kInside);
+  // Step 3 exists where the result must still reach this host's ranks from its leader.
+  const bool spread = inside_ && layout_.hosts() > 1;
+  const bool leader = layout_.is_leader(rank());
+  if (hosts_disagreed) {
+    if (spread) {
+      try {
+        inside_->barrier()->wait();  // cannot match the host's broadcast: they raise too
+      } catch (const MismatchError&) {
+      }
+    }
+    rethrow_mismatch(hosts_disagreed, s.op, Found::kBetween);
+  }
+  if (s.finish && (leader || !spread)) s.finish();
+  if (!spread) return;
+  at::Tensor t = s.result;
+  try {
+    inside_->broadcast(t, {0})->wait();
+  } catch (const MismatchError&) {
+    rethrow_mismatch(std::current_exception(), s.op, Found::kSpread);
+  }
+}
+
+void HierarchicalGroup::rethrow_mismatch(std::exception_ptr e, const char* op,
+                                         Found found) const {
+  std::string what;
+  try {
+    std::rethrow_exception(e);
+  } catch (const std::exception& x) {
+    what = x.what();
+  }
+  const std::string head = where() + "hierarchical " + op + ": ranks disagree on the collective";
+  const std::string leader = std::to_string(layout_.leader(host_));
+  switch (found) {
+    case Found::kInside:
+      throw MismatchError(head + " inside this host: " + what);
+    case Found::kSpread:
+      throw MismatchError(head + ", inside this host or between the hosts (then this host's "
+                          "leader, rank " + leader + ", found it and calls barrier here; its "
+                          "error names both calls): " + what);
+    case Found::kBetween:
+      break;
+  }
+  std::string leaders;
+  for (int h = 0; h < layout_.hosts(); ++h) {
+    leaders += (h ? ", " : "") + std::to_string(h) + " = rank " +
+               std::to_string(layout_.leader(h));
+  }
+  throw MismatchError(head + " between the hosts (found by the hosts' leaders, whose group has "
+                      "ranks " + leaders + "; a leader that called barrier speaks for a host "
+                      "whose own ranks disagreed): " + what);
+}
+
+void HierarchicalGroup::break_group(std::exception_ptr error) {
+  broken_ = error;
+  std::string what;
+  shm::AbortKind kind = shm::AbortKind::kOther;
+  try {
+    std::rethrow_exception(error);
+  } catch (const PeerLostError& e) {
+    kind = shm::AbortKind::kPeerLost;
+    what = e.what();
+  } catch (const TimeoutError& e) {
+    kind = shm::AbortKind::kTimeout;
+    what = e.what();
+  } catch (const std::exception& e) {
+    what = e.what();
+  }
+  if (inside_) inside_->abort(kind, "hierarchical group failed: " + what);
+  between_.reset();  // closes its connections: the other leaders' step 2 fails at once
+}
+
+}  // namespace
+
+std::shared_ptr<ProcessGroup> make_hierarchical_group(const BackendArgs& args,
+                                                      const HostLayout& layout) {
+  return std::make_shared<HierarchicalGroup>(args, layout);
+}
+
+}  // namespace dpx::detail

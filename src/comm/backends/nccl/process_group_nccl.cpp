@@ -1,0 +1,179 @@
+// The nccl backend: c10d's ProcessGroupNCCL behind dpx's interface, one CUDA device per rank
+// (docs/backends.md says why it wraps c10d rather than calling NCCL itself).
+#include <c10/util/Exception.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <optional>
+#include <string>
+
+#include "comm/setup/factory.h"
+#include "comm/consistency.h"
+#include "comm/backends/nccl/translate.h"
+#include "dpx/store/errors.h"
+
+#if DPX_WITH_CUDA
+#include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
+
+#include "store/c10d_adapter.h"
+#include "runtime/cuda/nccl_error_handling.h"
+
+namespace dpx::detail {
+namespace {
+
+c10d::ReduceOp to_c10d(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::kSum: return c10d::ReduceOp::SUM;
+    case ReduceOp::kAvg: return c10d::ReduceOp::AVG;  // ncclAvg (NCCL 2.10+)
+    case ReduceOp::kMin: return c10d::ReduceOp::MIN;
+    case ReduceOp::kMax: return c10d::ReduceOp::MAX;
+    case ReduceOp::kProduct: return c10d::ReduceOp::PRODUCT;
+  }
+  TORCH_INTERNAL_ASSERT(false, "unknown ReduceOp");
+}
+
+class NcclWork : public Work {
+ public:
+  NcclWork(c10::intrusive_ptr<c10d::Work> work, std::chrono::milliseconds timeout,
+           std::string where, const char* op)
+      : Work(timeout), work_(std::move(work)), where_(std::move(where)), op_(op) {}
+
+  // With a timeout, c10d's wait blocks this thread until the GPU finished the collective (or
+  // throws), and makes the current CUDA stream wait for the NCCL stream: what follows on the
+  // compute stream sees the result. c10d reads 0 as "no timeout", hence at least 1 ms.
+  void wait(std::chrono::milliseconds timeout) override {
+    try {
+      work_->wait(std::max(timeout, std::chrono::milliseconds(1)));
+    } catch (const std::exception& e) {
+      rethrow_nccl_error(e, where_, op_, timeout);
+    }
+  }
+  // Stream order only (Work::synchronize): the current stream waits for the NCCL stream. A
+  // failure c10d's watchdog has already recorded is thrown here; a later one at the next call.
+  void synchronize() override {
+    try {
+      if (auto error = work_->exception()) std::rethrow_exception(error);
+      work_->synchronize();
+    } catch (const std::exception& e) {
+      rethrow_nccl_error(e, where_, op_, default_timeout_);
+    }
+  }
+  bool is_completed() override { return work_->isCompleted(); }
+  std::exception_ptr exception() override { return work_->exception(); }
+
+ private:
+  c10::intrusive_ptr<c10d::Work> work_;
+  std::string where_;
+  const char* op_;
+};
+
+class NcclGroup : public ProcessGroup {
+ public:
+  explicit NcclGroup(const BackendArgs& args)
+      : ProcessGroup(args.rank, args.size, args.options), store_(args.store) {
+    const at::Device device = args.options.device;
+    TORCH_CHECK(device.is_cuda() && device.has_index(), where(), "the nccl backend works on one "
+                "CUDA device per rank, not ", device, "; give cuda:N (or cuda, for LOCAL_RANK)");
+    check_settings_agree(*store_, rank(), size(), {{"backend", "nccl"}}, options().timeout,
+                         where());
+    auto opts = c10d::ProcessGroupNCCL::Options::create();
+    opts->timeout = options().timeout;
+    if (dpx_handles_nccl_errors() && !nccl_errors_reach_dpx()) {
+      TORCH_WARN_ONCE(where(), "TORCH_NCCL_ASYNC_ERROR_HANDLING is not 2: c10d's watchdog will "
+                      "end this process when an NCCL collective fails or times out, instead of "
+                      "dpx's typed errors. dpx::init_process() (which init_process_group calls) "
+                      "sets it; DPX_NCCL_ERROR_HANDLING=c10d silences this (Note [NCCL error "
+                      "handling])");
+    }
+    try {
+      pg_ = c10::make_intrusive<c10d::ProcessGroupNCCL>(c10d_group_store(store_, "nccl", rank()),
+                                                        rank(), size(), opts);
+      // Eager: the communicator is made now, so a missing or failing peer shows here.
+      pg_->setBoundDeviceId(device);
+      pg_->eagerConnectSingleDevice(device);
+    } catch (const std::exception& e) {
+      rethrow_nccl_error(e, where(), "connect to the other ranks", options().timeout);
+    }
+  }
+  ~NcclGroup() override {
+    // Without shutdown() c10d warns at exit that the group was not destroyed; a failure here
+    // (an aborted communicator) has nothing left to report to.
+    try {
+      pg_->shutdown();
+    } catch (const std::exception&) {
+    }
+  }
+  std::string backend() const override { return "nccl"; }
+
+ protected:
+  std::shared_ptr<Work> do_allreduce(at::Tensor& tensor, const AllreduceOptions& opts) override {
+    std::vector<at::Tensor> tensors{tensor};
+    c10d::AllreduceOptions o;
+    o.reduceOp = to_c10d(opts.op);
+    return launch("allreduce", [&] { return pg_->allreduce(tensors, o); });
+  }
+  std::shared_ptr<Work> do_broadcast(at::Tensor& tensor, const BroadcastOptions& opts) override {
+    std::vector<at::Tensor> tensors{tensor};
+    c10d::BroadcastOptions o;
+    o.rootRank = opts.root;
+    return launch("broadcast", [&] { return pg_->broadcast(tensors, o); });
+  }
+  // Note [Single-buffer collectives]: called through c10d::Backend, _allgather_base and
+  // _reduce_scatter_base reach ProcessGroupNCCL in every LibTorch 2.x: it overrides them up to
+  // 2.14, and from 2.15 on Backend forwards them to all_gather_single / reduce_scatter_single.
+  std::shared_ptr<Work> do_allgather(at::Tensor& output, const at::Tensor& input) override {
+    at::Tensor out = output.view({-1});
+    at::Tensor in = input.view({-1});
+    c10d::Backend& backend = *pg_;
+    return launch("allgather", [&] { return backend._allgather_base(out, in); });
+  }
+  std::shared_ptr<Work> do_reduce_scatter(at::Tensor& output, const at::Tensor& input,
+                                          const ReduceScatterOptions& opts) override {
+    at::Tensor out = output.view({-1});
+    at::Tensor in = input.view({-1});
+    c10d::ReduceScatterOptions o;
+    o.reduceOp = to_c10d(opts.op);
+    c10d::Backend& backend = *pg_;
+    return launch("reduce_scatter", [&] { return backend._reduce_scatter_base(out, in, o); });
+  }
+  std::shared_ptr<Work> do_barrier() override {
+    c10d::BarrierOptions o;
+    o.device_ids = {options().device.index()};
+    return launch("barrier", [&] { return pg_->barrier(o); });
+  }
+
+ private:
+  template <typename F>
+  std::shared_ptr<Work> launch(const char* op, F&& start) {
+    try {
+      return std::make_shared<NcclWork>(start(), options().timeout, where(), op);
+    } catch (const std::exception& e) {
+      rethrow_nccl_error(e, where(), op, options().timeout);
+    }
+  }
+
+  std::shared_ptr<Store> store_;
+  c10::intrusive_ptr<c10d::ProcessGroupNCCL> pg_;
+};
+
+}  // namespace
+
+std::shared_ptr<ProcessGroup> make_nccl_group(const BackendArgs& args) {
+  return std::make_shared<NcclGroup>(args);
+}
+
+}  // namespace dpx::detail
+
+#else  // !DPX_WITH_CUDA
+
+namespace dpx::detail {
+
+std::shared_ptr<ProcessGroup> make_nccl_group(const BackendArgs& args) {
+  TORCH_CHECK(false, where(args.rank, args.size), "the nccl backend needs dpx built with CUDA "
+              "support, and this one was not (DPX_CUDA, docs/install.md: it needs a CUDA-enabled "
+              "LibTorch). CUDA tensors still work over shm or gloo, staged through host memory.");
+}
+
+}  // namespace dpx::detail
+
+#endif  // DPX_WITH_CUDA

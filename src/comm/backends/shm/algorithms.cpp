@@ -1,0 +1,145 @@
+#include "comm/backends/shm/algorithms.h"
+
+#include <algorithm>
+#include <cstring>
+#include <vector>
+
+#include "comm/backends/shm/copy.h"
+#include "comm/backends/shm/reduce.h"
+
+namespace dpx::detail::shm {
+namespace {
+
+// Slice q of `n` elements cut world ways, on 64-byte boundaries so reductions run aligned.
+struct Slice {
+  std::int64_t begin;
+  std::int64_t size;
+};
+
+Slice slice(std::int64_t n, int world, int q, std::size_t element_size) {
+  const std::int64_t align = std::max<std::int64_t>(1, 64 / element_size);
+  std::int64_t per = (n + world - 1) / world;
+  per = (per + align - 1) / align * align;
+  const std::int64_t begin = std::min(n, per * q);
+  return {begin, std::min(per, n - begin)};
+}
+
+char* bytes(const at::Tensor& t) { return static_cast<char*>(t.data_ptr()); }
+
+// Rounds of at most `per_round` elements; a collective of zero elements still runs one round,
+// so that every rank posts (and checks descriptors) the same number of times.
+template <typename F>
+void for_each_round(std::int64_t n, std::int64_t per_round, F body) {
+  std::int64_t offset = 0;
+  do {
+    const std::int64_t m = std::min(per_round, n - offset);
+    body(offset, m);
+    offset += m;
+  } while (offset < n);
+}
+
+void allreduce_small(Channel& ch, at::Tensor& t, ReduceOp op) {
+  const std::size_t bytes_n = t.numel() * t.element_size();
+  std::memcpy(ch.mine(), bytes(t), bytes_n);
+  ch.sync();
+  std::vector<const void*> srcs(ch.world());
+  for (int q = 0; q < ch.world(); ++q) srcs[q] = ch.slot(q);
+  reduce(t.scalar_type(), op, bytes(t), srcs.data(), ch.world(), t.numel(), ch.world());
+  ch.next_round();
+}
+
+void allreduce_large(Channel& ch, at::Tensor& t, ReduceOp op, const AlgorithmOptions& options) {
+  const std::size_t es = t.element_size();
+  const bool stream = t.numel() * es >= options.streaming_bytes;
+  const int world = ch.world(), me = ch.rank();
+  std::vector<const void*> srcs(world);
+  for_each_round(t.numel(), ch.slot_bytes() / es, [&](std::int64_t offset, std::int64_t m) {
+    char* data = bytes(t) + offset * es;
+    for (int q = 0; q < world; ++q) {
+      const Slice s = slice(m, world, q, es);
+      if (q != me) std::memcpy(ch.mine() + s.begin * es, data + s.begin * es, s.size * es);
+    }
+    ch.sync();
+    const Slice own = slice(m, world, me, es);
+    for (int q = 0; q < world; ++q) {
+      srcs[q] = (q == me ? data : ch.slot(q)) + own.begin * es;
+    }
+    reduce(t.scalar_type(), op, ch.mine() + own.begin * es, srcs.data(), world, own.size, world);
+    ch.sync();
+    for (int q = 0; q < world; ++q) {
+      const Slice s = slice(m, world, q, es);
+      if (stream) {
+        copy_streaming(data + s.begin * es, ch.slot(q) + s.begin * es, s.size * es);
+      } else {
+        std::memcpy(data + s.begin * es, ch.slot(q) + s.begin * es, s.size * es);
+      }
+    }
+    ch.next_round();
+  });
+}
+
+}  // namespace
+
+void barrier(Channel& ch) {
+  ch.sync();
+  ch.next_round();
+}
+
+void allreduce(Channel& ch, at::Tensor& tensor, ReduceOp op, const AlgorithmOptions& options) {
+  const std::size_t n = tensor.numel() * tensor.element_size();
+  if (ch.world() == 1) {
+    barrier(ch);  // the tensor already is the result
+  } else if (n <= std::min(options.small_bytes, ch.slot_bytes())) {
+    allreduce_small(ch, tensor, op);
+  } else {
+    allreduce_large(ch, tensor, op, options);
+  }
+}
+
+void broadcast(Channel& ch, at::Tensor& tensor, int root) {
+  const std::size_t es = tensor.element_size();
+  for_each_round(tensor.numel(), ch.slot_bytes() / es, [&](std::int64_t offset, std::int64_t m) {
+    char* data = bytes(tensor) + offset * es;
+    if (ch.rank() == root) std::memcpy(ch.mine(), data, m * es);
+    ch.sync();
+    if (ch.rank() != root) std::memcpy(data, ch.slot(root), m * es);
+    ch.next_round();
+  });
+}
+
+void allgather(Channel& ch, at::Tensor& output, const at::Tensor& input) {
+  const std::size_t es = input.element_size();
+  const std::int64_t n = input.numel();
+  for_each_round(n, ch.slot_bytes() / es, [&](std::int64_t offset, std::int64_t m) {
+    const char* in = bytes(input) + offset * es;
+    std::memcpy(ch.mine(), in, m * es);
+    ch.sync();
+    for (int q = 0; q < ch.world(); ++q) {
+      char* out = bytes(output) + (q * n + offset) * es;
+      std::memcpy(out, q == ch.rank() ? in : ch.slot(q), m * es);
+    }
+    ch.next_round();
+  });
+}
+
+void reduce_scatter(Channel& ch, at::Tensor& output, const at::Tensor& input, ReduceOp op) {
+  const std::size_t es = input.element_size();
+  const int world = ch.world(), me = ch.rank();
+  const std::int64_t n = output.numel();
+  std::vector<const void*> srcs(world);
+  // Each round carries m elements of every rank's slice, packed slice after slice in the slot.
+  const std::int64_t per_round = std::max<std::int64_t>(1, ch.slot_bytes() / (es * world));
+  for_each_round(n, per_round, [&](std::int64_t offset, std::int64_t m) {
+    for (int q = 0; q < world; ++q) {
+      if (q != me) std::memcpy(ch.mine() + q * m * es, bytes(input) + (q * n + offset) * es, m * es);
+    }
+    ch.sync();
+    for (int q = 0; q < world; ++q) {
+      srcs[q] = q == me ? bytes(input) + (me * n + offset) * es : ch.slot(q) + me * m * es;
+    }
+    reduce(input.scalar_type(), op, bytes(output) + offset * es, srcs.data(), world, m, world);
+    ch.next_round();
+  });
+}
+
+}  // namespace dpx::detail::shm

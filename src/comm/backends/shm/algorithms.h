@@ -1,0 +1,34 @@
+// The collectives of the shm backend, written against a Channel (channel.h).
+//
+// allreduce, small messages (one round, one post): every rank copies its tensor into its slot;
+//   after the post every rank reduces all slots into its own tensor.
+// allreduce, large messages (rounds of one slot each, two posts per round): the round's chunk is
+//   cut into world slices. Each rank copies the slices it does not own into its slot; after the
+//   first post it reduces its own slice from its tensor and the peers' slots into its slot; after
+//   the second post it copies every slice's result from its owner's slot into its tensor. This
+//   is reduce-scatter + all-gather; the double-buffered slots let ranks drift by a round.
+// reduce_scatter: the large allreduce without its gather half (one post per round).
+// broadcast, allgather: copy into the own slot, post, copy out of the slots that matter.
+#pragma once
+
+#include <ATen/ATen.h>
+
+#include "comm/backends/shm/channel.h"
+#include "dpx/comm/types.h"
+
+namespace dpx::detail::shm {
+
+struct AlgorithmOptions {
+  // allreduce messages up to this size take the one-post path.
+  std::size_t small_bytes = 64 << 10;
+  // allreduce results at least this large are written past the cache (copy.h).
+  std::size_t streaming_bytes = 16 << 20;
+};
+
+void allreduce(Channel& ch, at::Tensor& tensor, ReduceOp op, const AlgorithmOptions& options);
+void broadcast(Channel& ch, at::Tensor& tensor, int root);
+void allgather(Channel& ch, at::Tensor& output, const at::Tensor& input);
+void reduce_scatter(Channel& ch, at::Tensor& output, const at::Tensor& input, ReduceOp op);
+void barrier(Channel& ch);
+
+}  // namespace dpx::detail::shm

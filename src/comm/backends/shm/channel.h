@@ -1,0 +1,62 @@
+// One rank's view of the group while it runs a collective: its data slot, its peers' slots and
+// the round/step bookkeeping that makes reusing them safe.
+//
+// Note [Rounds and steps]
+// A collective is a sequence of rounds; a round is "write my slot, post, wait for every peer's
+// post, read peers' slots" (allreduce's large path posts twice per round). Every rank posts the
+// same number of steps per round, so step numbers agree across ranks. Round k uses slot buffer
+// k % 2. Before writing buffer k % 2 again in round k + 2, a rank must know that every peer has
+// finished reading round k: it does, because in round k + 1 it waited for every peer's first
+// post, which a peer makes only after finishing round k.
+//
+// Note [Mismatch check]
+// The shm side of Note [Consistency] (comm/consistency.h). Before its first post of a
+// collective, a rank writes its CollectiveDescriptor; after the first wait it
+// compares every peer's descriptor with its own, before reading any peer data. Each rank only
+// ever writes inside its own slot, sized by its own arguments, so ranks that disagree never
+// corrupt memory: they all see the mismatch after exactly one post, raise, and stay aligned
+// for the next collective. Descriptors alternate by collective parity, for the same reason as
+// the data buffers.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "comm/backends/shm/segment.h"
+#include "comm/backends/shm/wait.h"
+
+namespace dpx::detail::shm {
+
+class Channel {
+ public:
+  Channel(Segment& segment, Waiter& waiter, int rank, std::string where);
+
+  // Starts a collective: publishes its descriptor, sets the deadline.
+  void begin(const CollectiveDescriptor& desc, Clock::time_point deadline);
+  // Posts the next step and waits for every peer to post it (checks descriptors the first time).
+  void sync();
+  // Ends the round: the next one writes the other buffer.
+  void next_round() { ++round_; }
+
+  char* mine() const { return segment_.slot(rank_, round_); }
+  const char* slot(int rank) const { return segment_.slot(rank, round_); }
+  std::size_t slot_bytes() const { return segment_.slot_bytes(); }
+  int rank() const { return rank_; }
+  int world() const { return segment_.world(); }
+
+ private:
+  void check_descriptors() const;
+
+  Segment& segment_;
+  Waiter& waiter_;
+  int rank_;
+  std::string where_;
+  std::uint32_t step_ = 0;
+  std::uint64_t round_ = 0;
+  std::uint32_t seq_ = 0;  // collectives begun on this group
+  CollectiveDescriptor desc_;
+  bool checked_ = true;
+  Clock::time_point deadline_;
+};
+
+}  // namespace dpx::detail::shm

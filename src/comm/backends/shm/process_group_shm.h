@@ -1,0 +1,112 @@
+// The shm backend: ranks on one host exchange data through one shared-memory segment.
+// Collectives run in issue order on one background thread per group; callers get a
+// CompletionWork at once and block only in Work::wait.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <deque>
+#include <exception>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <thread>
+
+#include "comm/setup/factory.h"
+#include "comm/backends/shm/algorithms.h"
+#include "comm/backends/shm/channel.h"
+#include "comm/backends/shm/segment.h"
+#include "comm/backends/shm/wait.h"
+#include "dpx/comm/process_group.h"
+
+namespace dpx::detail {
+
+class ShmGroup;
+
+// Note [Helping]
+// A thread wake-up costs more here than a small all-reduce, and the caller of wait() is idle
+// anyway: so wait() first runs queued collectives itself (in issue order, one thread at a time)
+// until its own is done, then watches a flag for a moment, and only then sleeps. It helps only
+// when it may block as long as the collective's own deadline (the default wait()), so a wait
+// with a shorter timeout still returns on time. While callers help, issuing a collective does
+// not wake the group's thread (that wake-up would take the core a peer needs); the thread then
+// polls the queue every millisecond instead; a collective that waited for such a poll (nobody
+// was waiting for it) ends the mode.
+class ShmWork : public CompletionWork {
+ public:
+  ShmWork(std::weak_ptr<ShmGroup> group, std::chrono::milliseconds timeout, std::string where,
+          std::chrono::microseconds spin)
+      : CompletionWork(timeout, std::move(where)), group_(std::move(group)), spin_(spin) {}
+  void wait(std::chrono::milliseconds timeout) override;
+  using Work::wait;
+  void finish(std::exception_ptr error = nullptr);
+  bool finished() const { return finished_.load(std::memory_order_acquire); }
+
+ private:
+  std::weak_ptr<ShmGroup> group_;
+  std::chrono::microseconds spin_;
+  std::atomic<bool> finished_{false};
+};
+
+class ShmGroup : public ProcessGroup, public std::enable_shared_from_this<ShmGroup> {
+ public:
+  explicit ShmGroup(const BackendArgs& args);
+  // Runs the collectives still queued (each ends within the timeout), then unmaps.
+  ~ShmGroup() override;
+  std::string backend() const override { return "shm"; }
+
+  // Runs queued collectives on the calling thread until `work` finished or another thread is
+  // running one (Note [Helping]).
+  void help(const ShmWork& work);
+  // Marks the group failed by this rank's timeout, so that every peer's next collective fails.
+  void abort_timed_out(const std::string& message);
+  // Marks the group failed for a reason found outside it (a hierarchical group's lost host):
+  // every peer's current and next collective fails with `kind`'s error type and `message`.
+  void abort(shm::AbortKind kind, const std::string& message);
+
+  // The segment's name while it existed (for tests: it must be gone from /dev/shm).
+  const std::string& segment_name() const { return segment_->name(); }
+
+ protected:
+  std::shared_ptr<Work> do_allreduce(at::Tensor& tensor, const AllreduceOptions& opts) override;
+  std::shared_ptr<Work> do_broadcast(at::Tensor& tensor, const BroadcastOptions& opts) override;
+  std::shared_ptr<Work> do_allgather(at::Tensor& output, const at::Tensor& input) override;
+  std::shared_ptr<Work> do_reduce_scatter(at::Tensor& output, const at::Tensor& input,
+                                          const ReduceScatterOptions& opts) override;
+  std::shared_ptr<Work> do_barrier() override;
+
+ private:
+  struct Task {
+    CollectiveDescriptor desc;
+    std::function<void(shm::Channel&)> body;
+    std::shared_ptr<ShmWork> work;
+    shm::Clock::time_point enqueued;
+  };
+
+  std::shared_ptr<Work> enqueue(const CollectiveDescriptor& desc,
+                                std::function<void(shm::Channel&)> body);
+  void run();
+  bool claim(Task& task);  // a waiting caller takes the next collective unless one is running
+  void release();          // after running a claimed one
+  void execute(Task& task);
+
+  // Kept for the group's life: on rank 0 it may host the TCP store the other ranks still use.
+  std::shared_ptr<Store> store_;
+  std::unique_ptr<shm::Segment> segment_;
+  std::unique_ptr<shm::Waiter> waiter_;
+  std::unique_ptr<shm::Channel> channel_;
+  shm::AlgorithmOptions algorithm_options_;
+  std::exception_ptr broken_;  // the error that made the group unusable; worker thread only
+
+  std::mutex mutex_;
+  std::condition_variable cv_;
+  std::deque<Task> queue_;
+  bool executing_ = false;  // a thread runs a claimed collective
+  bool callers_help_ = false;  // the last collective ran on a waiting caller's thread
+  bool stop_ = false;
+  std::chrono::microseconds spin_{0};
+  std::thread thread_;
+};
+
+}  // namespace dpx::detail

@@ -1,0 +1,101 @@
+// The shared-memory segment of one shm group: a header, one control block per rank and two
+// data slots per rank (double-buffered, so a fast rank can start the next round while a slow
+// one still reads the last).
+//
+// Setup (Segment::open, collective over the group's store):
+//   1. Each rank takes its next round g of "shm" (Note [Store rounds] in store/round.h), so
+//      that several groups made on one store use different keys.
+//   2. Rank 0 creates an anonymous memory file (memfd_create), sizes it, reserves its memory
+//      (posix_fallocate), maps it, writes the header and sets "shm/<g>/name" to
+//      "/proc/<pid>/fd/<fd>" (or to "error:<message>" when any of that failed, so that every
+//      rank fails at once with rank 0's reason).
+//   3. The other ranks open that path, map it, check the header and set "shm/<g>/mapped/<rank>".
+//   4. Rank 0 waits for every "mapped" key, closes its descriptor and sets "shm/<g>/ready"; the
+//      others wait for "ready".
+// Note [No name]: the segment never has a name in /dev/shm, so no crash at any step (SIGKILL of
+// rank 0 inside the set-up window included) can leave one behind: the memory goes with the last
+// descriptor or mapping. Nor does /dev/shm's size (64 MiB in a default Docker container) limit
+// the group: a memfd is charged to the process's memory like any page it touches. Opening
+// another process's descriptor through /proc needs the same user and pid namespace, which ranks
+// that share a host and a boot id (how `auto` picks shm) normally have.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "comm/consistency.h"
+#include "dpx/store/store.h"
+
+namespace dpx::detail::shm {
+
+// One per rank. `step` is the futex word peers wait on. The descriptors share its cache line:
+// a peer that sees the new step has that line already, so the mismatch check costs no extra
+// transfer between cores.
+struct alignas(64) RankControl {
+  std::atomic<std::uint32_t> step;
+  std::atomic<std::uint32_t> sleepers;  // peers blocked in FUTEX_WAIT on `step`
+  CollectiveDescriptor desc[2];         // by collective parity (Note [Mismatch check])
+  alignas(64) std::atomic<std::int32_t> pid;
+};
+static_assert(offsetof(RankControl, pid) == 64);
+
+// Why a rank aborted the group; peers rethrow the same type.
+enum class AbortKind : std::uint32_t { kNone = 0, kPeerLost = 1, kTimeout = 2, kOther = 3 };
+
+struct alignas(64) Header {
+  std::uint64_t magic;
+  std::uint32_t world;
+  std::uint32_t version;
+  std::uint64_t slot_bytes;
+  std::uint64_t total_bytes;
+  alignas(64) std::atomic<std::uint32_t> abort_rank;  // 0, else 1 + the rank that aborted
+  std::atomic<std::uint32_t> abort_kind;
+  char abort_message[1024];
+};
+
+struct SegmentOptions {
+  std::size_t slot_bytes = 1 << 20;  // one data slot; each rank has two
+  std::chrono::milliseconds timeout = std::chrono::seconds(60);
+};
+
+class Segment {
+ public:
+  // Collective: every rank of the group calls it with the same options.
+  static std::unique_ptr<Segment> open(Store& store, int rank, int world,
+                                       const SegmentOptions& options, const std::string& where);
+  ~Segment();
+  Segment(const Segment&) = delete;
+  Segment& operator=(const Segment&) = delete;
+
+  Header& header() const { return *reinterpret_cast<Header*>(base_); }
+  RankControl& control(int rank) const {
+    return reinterpret_cast<RankControl*>(base_ + sizeof(Header))[rank];
+  }
+  char* slot(int rank, std::uint64_t round) const {
+    return base_ + data_offset_ + (2 * static_cast<std::size_t>(rank) + round % 2) * slot_bytes_;
+  }
+  std::size_t slot_bytes() const { return slot_bytes_; }
+  int world() const { return world_; }
+  // "/proc/<rank 0 pid>/fd/<fd>": where peers opened it during set-up (gone since).
+  const std::string& name() const { return name_; }
+
+ private:
+  Segment(std::string name, char* base, std::size_t bytes, int world, std::size_t slot_bytes);
+  static std::unique_ptr<Segment> open_as_creator(Store& store, const std::string& prefix,
+                                                  std::size_t bytes, int world, std::size_t slot,
+                                                  const SegmentOptions& options,
+                                                  const std::string& where);
+
+  std::string name_;
+  char* base_;
+  std::size_t bytes_;
+  int world_;
+  std::size_t slot_bytes_;
+  std::size_t data_offset_;
+};
+
+}  // namespace dpx::detail::shm

@@ -1,0 +1,107 @@
+#include "ddp/model_sync.h"
+
+#include <c10/util/Exception.h>
+
+#include "comm/control.h"
+
+namespace dpx::detail {
+namespace {
+
+// Rank-0-comparable description of the parameters: sizes then strides, per parameter.
+at::Tensor shape_metadata(const std::vector<at::Tensor>& params) {
+  std::vector<std::int64_t> meta;
+  for (const auto& p : params) {
+    meta.insert(meta.end(), p.sizes().begin(), p.sizes().end());
+    meta.insert(meta.end(), p.strides().begin(), p.strides().end());
+  }
+  return at::tensor(meta, at::kLong);
+}
+
+void broadcast_group(ProcessGroup& pg, const std::vector<at::Tensor>& group, int root) {
+  std::vector<at::Tensor> flat;
+  for (const auto& t : group) flat.push_back(t.detach().reshape({-1}));
+  auto buffer = at::cat(flat);
+  pg.broadcast(buffer, {root})->wait();
+  std::int64_t offset = 0;
+  for (const auto& t : group) {
+    t.detach().copy_(buffer.narrow(0, offset, t.numel()).view(t.sizes()));
+    offset += t.numel();
+  }
+}
+
+std::string first_mismatch(ProcessGroup& pg, const std::vector<at::Tensor>& params,
+                           const at::Tensor& control) {
+  auto c = control.data_ptr<std::int64_t>();
+  std::int64_t i = 0;
+  for (std::size_t p = 0; p < params.size(); ++p) {
+    const auto& t = params[p];
+    for (auto size : t.sizes()) {
+      if (size != c[i++]) {
+        return c10::str("[", pg.rank(), "]: params[", p, "] in this process with sizes ",
+                        t.sizes(), " appears not to match sizes of the same param in process 0.");
+      }
+    }
+    for (auto stride : t.strides()) {
+      if (stride != c[i++]) {
+        return c10::str("[", pg.rank(), "]: params[", p, "] in this process with sizes ",
+                        t.sizes(), " appears not to match strides of the same param in process 0.");
+      }
+    }
+  }
+  return "";
+}
+
+}  // namespace
+
+void verify_params_across_ranks(ProcessGroup& pg, const std::vector<at::Tensor>& params) {
+  const int world = pg.size();
+  auto meta = shape_metadata(params);
+  // Counts first: unequal inputs to the metadata broadcast would crash it (pytorch#73547).
+  auto mine = at::tensor({static_cast<std::int64_t>(params.size()), meta.numel()}, at::kLong);
+  auto all = at::empty({2 * world}, at::kLong);
+  control_allgather(pg, all, mine);  // Note [Control tensors]
+  auto counts = all.data_ptr<std::int64_t>();
+  for (int r = 0; r < world; ++r) {
+    TORCH_CHECK(counts[2 * r] == static_cast<std::int64_t>(params.size()), pg.where(),
+                "DDP expects same model across all ranks, but Rank ", pg.rank(), " has ",
+                params.size(), " params, while rank ", r, " has inconsistent ", counts[2 * r],
+                " params.");
+  }
+  for (int r = 0; r < world; ++r) {
+    TORCH_CHECK(counts[2 * r + 1] == meta.numel(), pg.where(), "[", pg.rank(), "]: the "
+                "parameters in this process have ", meta.numel(), " dimensions in total, so "
+                "their sizes appear not to match sizes of the same params in rank ", r, ".");
+  }
+  auto control = meta.clone();
+  control_broadcast(pg, control, 0);
+  const std::string mismatch = first_mismatch(pg, params, control);
+  // Rank 0 always agrees with itself: share the verdict so that every rank fails alike.
+  auto verdict = at::full({1}, mismatch.empty() ? -1 : pg.rank(), at::kLong);
+  control_allreduce(pg, verdict, ReduceOp::kMax)->wait();
+  const auto bad_rank = verdict.item<std::int64_t>();
+  TORCH_CHECK(mismatch.empty(), pg.where(), mismatch);
+  TORCH_CHECK(bad_rank < 0, pg.where(), "[", pg.rank(), "]: the parameters of rank ", bad_rank,
+              " appear not to match those of process 0 (the model of rank ", bad_rank,
+              " appears not to match; its error names the parameter).");
+}
+
+void broadcast_coalesced(ProcessGroup& pg, const std::vector<at::Tensor>& tensors, int root,
+                         std::int64_t chunk_bytes) {
+  at::NoGradGuard no_grad;
+  std::vector<at::Tensor> group;
+  std::int64_t bytes = 0;
+  for (const auto& t : tensors) {
+    const std::int64_t tb = t.numel() * t.element_size();
+    if (!group.empty() &&
+        (t.scalar_type() != group.front().scalar_type() || bytes + tb > chunk_bytes)) {
+      broadcast_group(pg, group, root);
+      group.clear();
+      bytes = 0;
+    }
+    group.push_back(t);
+    bytes += tb;
+  }
+  if (!group.empty()) broadcast_group(pg, group, root);
+}
+
+}  // namespace dpx::detail

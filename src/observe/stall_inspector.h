@@ -1,0 +1,91 @@
+// The stall inspector: names the ranks that have not arrived at a collective this rank has
+// waited on for longer than a threshold (docs/errors.md, "Stalled collectives").
+//
+// Note [Stall inspector]: it lives in the ProcessGroup base, so it serves every backend.
+//  1. Each public collective call gets the group's next sequence number (1, 2, ...: the same
+//     collective has the same number on every rank, as ranks must issue them in one order) and
+//     is noted here with its op, size, dtype, the caller's label (DDP: the bucket and its
+//     parameters' names) and a weak pointer to its Work: one uncontended lock per call.
+//  2. A thread of the inspector wakes every threshold / 4 (at most 2 s): it drops completed
+//     collectives and, when this rank has issued a new one since, publishes "seq op numel
+//     dtype" under "dpx_stall/<rank>" in the group's store. Training threads never touch the
+//     store.
+//  3. When the oldest collective still running is older than the threshold, it reads the
+//     other ranks' keys and logs on stderr, in one line, which ranks have not issued that
+//     collective yet (and where they are), then again every threshold while it stays stuck.
+//     The line also goes to "dpx_stall/report/<rank>" for tools. The wait itself is untouched:
+//     it goes on until the group's timeout.
+// A rank that arrived less than one tick ago may not be published yet; at a threshold of four
+// ticks, the report errs only for ranks that arrive in the very last moment.
+#pragma once
+
+#include <ATen/ATen.h>
+
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+
+#include "dpx/store/store.h"
+#include "dpx/comm/work.h"
+
+namespace dpx::detail {
+
+class StallInspector {
+ public:
+  using Clock = std::chrono::steady_clock;
+
+  StallInspector(std::shared_ptr<Store> store, int rank, int size, std::string where,
+                 std::chrono::milliseconds threshold, std::chrono::milliseconds timeout);
+  ~StallInspector();
+  StallInspector(const StallInspector&) = delete;
+  StallInspector& operator=(const StallInspector&) = delete;
+
+  void issued(std::uint64_t seq, const char* op, const at::Tensor& tensor,
+              std::shared_ptr<const std::string> label, const std::shared_ptr<Work>& work);
+
+ private:
+  struct Pending {
+    std::uint64_t seq = 0;
+    const char* op = "";
+    std::int64_t numel = 0;
+    at::ScalarType dtype = at::kFloat;
+    std::shared_ptr<const std::string> label;
+    Clock::time_point issued;
+    std::weak_ptr<Work> work;
+  };
+
+  void run();
+  static std::string describe(const Pending& p);
+  void report(const Pending& stuck, Clock::time_point now);
+
+  std::shared_ptr<Store> store_;
+  int rank_;
+  int size_;
+  std::string where_;
+  std::chrono::milliseconds threshold_;
+  std::chrono::milliseconds timeout_;
+  std::chrono::milliseconds tick_;
+
+  std::mutex mutex_;
+  std::condition_variable cv_;
+  bool stop_ = false;
+  std::deque<Pending> pending_;
+  Pending last_;  // the latest collective issued (seq 0: none yet)
+
+  // Inspector thread only.
+  std::uint64_t published_seq_ = 0;
+  std::uint64_t reported_seq_ = 0;
+  Clock::time_point reported_at_;
+  std::thread thread_;
+};
+
+// The threshold: `option` when set, else DPX_STALL_CHECK_SECONDS, else 60 s; zero disables.
+std::chrono::milliseconds stall_threshold(std::optional<std::chrono::milliseconds> option);
+
+}  // namespace dpx::detail

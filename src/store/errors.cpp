@@ -1,0 +1,31 @@
+#include "dpx/store/errors.h"
+
+#include <unistd.h>
+
+#include <climits>
+
+#include "dpx/comm/types.h"
+
+namespace dpx {
+
+std::string where(int rank, int world_size) {
+  char host[HOST_NAME_MAX + 1] = {0};
+  if (gethostname(host, sizeof(host) - 1) != 0) {
+    host[0] = '?';
+  }
+  return "[rank " + std::to_string(rank) + "/" + std::to_string(world_size) + " " + host + ":" +
+         std::to_string(getpid()) + "] ";
+}
+
+const char* to_string(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::kSum: return "sum";
+    case ReduceOp::kAvg: return "avg";
+    case ReduceOp::kMin: return "min";
+    case ReduceOp::kMax: return "max";
+    case ReduceOp::kProduct: return "product";
+  }
+  return "?";
+}
+
+}  // namespace dpx

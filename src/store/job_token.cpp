@@ -1,0 +1,15 @@
+#include "store/job_token.h"
+
+#include <cstdlib>
+
+namespace dpx::detail {
+
+// Read here rather than in dpx::Env: only the store's creation needs them.
+std::string job_token_from_env() {
+  for (const char* name : {"DPX_STORE_TOKEN", "TORCHELASTIC_RUN_ID"}) {
+    if (const char* v = std::getenv(name); v != nullptr && *v != '\0') return v;
+  }
+  return "";
+}
+
+}  // namespace dpx::detail
