@@ -1,28 +1,25 @@
-// Everything dpx offers, in one include.
+// Everything dpx offers, in one include: each layer's headers, bottom up (docs/architecture.md).
 #pragma once
 
-#include "dpx/amp/autocast.h"
-#include "dpx/amp/grad_scaler.h"
-#include "dpx/checkpoint/checkpoint_file.h"
-#include "dpx/checkpoint/checkpointer.h"
-#include "dpx/checkpoint/python_format.h"
+#include "dpx/runtime/cuda.h"
+#include "dpx/runtime/env.h"
+#include "dpx/runtime/memory_policy.h"
+#include "dpx/runtime/process.h"
+
+#include "dpx/data/distributed_sampler.h"
+
 #include "dpx/store/errors.h"
+#include "dpx/store/store.h"
+#include "dpx/store/types.h"
+
+#include "dpx/observe/timeline.h"
+
+#include "dpx/comm/errors.h"
 #include "dpx/comm/init.h"
 #include "dpx/comm/process_group.h"
-#include "dpx/store/store.h"
 #include "dpx/comm/types.h"
 #include "dpx/comm/work.h"
-#include "dpx/runtime/cuda.h"
-#include "dpx/data/distributed_sampler.h"
-#include "dpx/runtime/env.h"
-#include "dpx/launch/error_handler.h"
-#include "dpx/launch/heartbeat.h"
-#include "dpx/launch/spawn.h"
-#include "dpx/runtime/memory_policy.h"
-#include "dpx/algorithms/local_sgd.h"
-#include "dpx/algorithms/powersgd.h"
-#include "dpx/algorithms/sync_batch_norm.h"
-#include "dpx/algorithms/zero_redundancy_optimizer.h"
+
 #include "dpx/data_parallel/data_parallel.h"
 #include "dpx/data_parallel/data_parallel_convert.h"
 #include "dpx/data_parallel/parallel_apply.h"
@@ -35,4 +32,17 @@
 #include "dpx/ddp/ddp_stats.h"
 #include "dpx/ddp/distributed_data_parallel.h"
 #include "dpx/ddp/future.h"
-#include "dpx/observe/timeline.h"
+
+#include "dpx/algorithms/local_sgd.h"
+#include "dpx/algorithms/powersgd.h"
+#include "dpx/algorithms/sync_batch_norm.h"
+#include "dpx/algorithms/zero_redundancy_optimizer.h"
+#include "dpx/amp/autocast.h"
+#include "dpx/amp/grad_scaler.h"
+
+#include "dpx/checkpoint/checkpoint_file.h"
+#include "dpx/checkpoint/checkpointer.h"
+#include "dpx/checkpoint/python_format.h"
+#include "dpx/launch/error_handler.h"
+#include "dpx/launch/heartbeat.h"
+#include "dpx/launch/spawn.h"

@@ -4,8 +4,6 @@
 
 #include <climits>
 
-#include "dpx/comm/types.h"
-
 namespace dpx {
 
 std::string where(int rank, int world_size) {
@@ -15,17 +13,6 @@ std::string where(int rank, int world_size) {
   }
   return "[rank " + std::to_string(rank) + "/" + std::to_string(world_size) + " " + host + ":" +
          std::to_string(getpid()) + "] ";
-}
-
-const char* to_string(ReduceOp op) {
-  switch (op) {
-    case ReduceOp::kSum: return "sum";
-    case ReduceOp::kAvg: return "avg";
-    case ReduceOp::kMin: return "min";
-    case ReduceOp::kMax: return "max";
-    case ReduceOp::kProduct: return "product";
-  }
-  return "?";
 }
 
 }  // namespace dpx

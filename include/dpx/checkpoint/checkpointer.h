@@ -22,7 +22,7 @@
 
 #include "dpx/checkpoint/checkpoint_file.h"
 #include "dpx/comm/process_group.h"
-#include "dpx/comm/types.h"
+#include "dpx/store/types.h"
 
 namespace dpx {
 

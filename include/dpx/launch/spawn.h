@@ -8,7 +8,7 @@
 #include <string>
 
 #include "dpx/store/errors.h"
-#include "dpx/comm/types.h"
+#include "dpx/store/types.h"
 
 namespace dpx {
 

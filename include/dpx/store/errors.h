@@ -1,6 +1,7 @@
 // Errors of the distributed layer. Callers' mistakes are TORCH_CHECK (c10::Error); faults of
 // the group at run time are this small typed family, so an agent or a training loop can tell a
-// lost peer from a bug (as Gloo separates IoException from its assertions).
+// lost peer from a bug (as Gloo separates IoException from its assertions). The store raises
+// them first; dpx/comm/errors.h adds the one only collectives raise.
 #pragma once
 
 #include <stdexcept>
@@ -24,13 +25,6 @@ class TimeoutError : public DistributedError {
 
 // A peer process died or closed its connection while a collective needed it.
 class PeerLostError : public DistributedError {
- public:
-  using DistributedError::DistributedError;
-};
-
-// Ranks called different collectives (another op, size, dtype, root or order). Every rank
-// raises it before any data moves, and the group stays usable (Note [Consistency]).
-class MismatchError : public DistributedError {
  public:
   using DistributedError::DistributedError;
 };

@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "dpx/comm/types.h"
+#include "dpx/store/types.h"
 
 namespace dpx {
 

@@ -9,7 +9,7 @@
 #include "comm/issuer.h"
 #include "comm/setup/placement.h"
 #include "comm/backends/shm/process_group_shm.h"
-#include "dpx/store/errors.h"
+#include "dpx/comm/errors.h"
 
 namespace dpx::detail {
 namespace {

@@ -7,7 +7,7 @@
 #include <thread>
 
 #include "comm/consistency.h"
-#include "dpx/store/errors.h"
+#include "dpx/comm/errors.h"
 #include "runtime/env_read.h"
 
 namespace dpx::detail {
