@@ -14,18 +14,19 @@ import os
 import re
 import sys
 
-# Bottom up. Patterns are fnmatch patterns on paths relative to the repository root.
+# Bottom up; each folder is one layer (docs/architecture.md). Patterns are fnmatch patterns on
+# paths relative to the repository root ('*' crosses '/'); a path takes the first that matches.
 LAYERS = [
     ("compat", ["src/runtime/compat/*"]),
-    ("runtime", ["src/runtime/env.cpp", "src/env_read.*", "src/scheduler_env.*", "src/runtime/process.cpp",
-                 "src/sigpipe.*", "src/runtime/memory/*", "src/runtime/cuda/*", "include/dpx/runtime/env.h",
-                 "include/dpx/runtime/process.h", "include/dpx/runtime/memory_policy.h", "include/dpx/runtime/cuda.h"]),
-    ("store", ["src/store/*", "src/store/*", "include/dpx/store/store.h",
-               "include/dpx/comm/types.h", "include/dpx/store/errors.h"]),
-    ("observe", ["src/observe/timeline/*", "include/dpx/observe/timeline.h"]),
-    ("comm", ["src/comm/*", "include/dpx/comm/*"]),
+    ("runtime", ["src/runtime/*", "include/dpx/runtime/*"]),
     ("data", ["src/data/*", "include/dpx/data/*"]),
-    ("parallel", ["src/parallel/*", "include/dpx/parallel/*", "src/amp/*", "include/dpx/amp/*"]),
+    ("store", ["src/store/*", "include/dpx/store/*"]),
+    ("observe", ["src/observe/*", "include/dpx/observe/*"]),
+    ("comm", ["src/comm/*", "include/dpx/comm/*"]),
+    ("ddp, data_parallel", ["src/ddp/*", "include/dpx/ddp/*", "src/data_parallel/*",
+                            "include/dpx/data_parallel/*"]),
+    ("algorithms, amp", ["src/algorithms/*", "include/dpx/algorithms/*", "src/amp/*",
+                         "include/dpx/amp/*"]),
     ("checkpoint, launch", ["src/checkpoint/*", "include/dpx/checkpoint/*", "src/launch/*",
                             "include/dpx/launch/*"]),
     ("programs", ["include/dpx/dpx.h", "tools/*", "bench/*", "examples/*"]),
