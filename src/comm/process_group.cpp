@@ -45,8 +45,9 @@ CollectiveLabel::~CollectiveLabel() { t_label = std::move(previous_); }
 void ProcessGroup::start_stall_inspector(std::shared_ptr<Store> store) {
   const auto threshold = detail::stall_threshold(options_.stall_threshold);
   if (size_ == 1 || threshold.count() == 0 || inspector_) return;
-  inspector_ = std::make_unique<detail::StallInspector>(std::move(store), rank_, size_, where_,
-                                                        threshold, options_.timeout);
+  inspector_ = std::make_unique<detail::StallInspector>(
+      std::move(store), rank_, size_, where_, threshold, options_.timeout,
+      [](void* work) { return static_cast<Work*>(work)->is_completed(); });
 }
 
 // Note [Stall inspector] step 1, for every backend.

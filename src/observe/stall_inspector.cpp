@@ -57,14 +57,15 @@ std::chrono::milliseconds stall_threshold(std::optional<std::chrono::millisecond
 
 StallInspector::StallInspector(std::shared_ptr<Store> store, int rank, int size,
                                std::string where, std::chrono::milliseconds threshold,
-                               std::chrono::milliseconds timeout)
+                               std::chrono::milliseconds timeout, IsCompleted is_completed)
     : store_(std::move(store)),
       rank_(rank),
       size_(size),
       where_(std::move(where)),
       threshold_(threshold),
       timeout_(timeout),
-      tick_(std::clamp(threshold / 4, kMinTick, kMaxTick)) {
+      tick_(std::clamp(threshold / 4, kMinTick, kMaxTick)),
+      is_completed_(is_completed) {
   thread_ = std::thread([this] { run(); });
 }
 
@@ -78,8 +79,7 @@ StallInspector::~StallInspector() {
 }
 
 void StallInspector::issued(std::uint64_t seq, const char* op, const at::Tensor& tensor,
-                            std::shared_ptr<const std::string> label,
-                            const std::shared_ptr<Work>& work) {
+                            std::shared_ptr<const std::string> label, std::weak_ptr<void> work) {
   Pending p;
   p.seq = seq;
   p.op = op;
@@ -89,7 +89,7 @@ void StallInspector::issued(std::uint64_t seq, const char* op, const at::Tensor&
   }
   p.label = std::move(label);
   p.issued = Clock::now();
-  p.work = work;
+  p.work = std::move(work);
   std::lock_guard<std::mutex> lock(mutex_);
   last_ = p;
   last_.work.reset();
@@ -108,9 +108,9 @@ void StallInspector::run() {
   std::unique_lock<std::mutex> lock(mutex_);
   while (!cv_.wait_for(lock, tick_, [&] { return stop_; })) {
     pending_.erase(std::remove_if(pending_.begin(), pending_.end(),
-                                  [](const Pending& p) {
+                                  [this](const Pending& p) {
                                     auto w = p.work.lock();
-                                    return !w || w->is_completed();
+                                    return !w || is_completed_(w.get());
                                   }),
                    pending_.end());
     const Pending last = last_;

@@ -32,22 +32,25 @@
 #include <thread>
 
 #include "dpx/store/store.h"
-#include "dpx/comm/work.h"
 
 namespace dpx::detail {
 
 class StallInspector {
  public:
   using Clock = std::chrono::steady_clock;
+  // Whether the collective behind a handle given to issued() has finished. The inspector sits
+  // below comm and knows no Work: the process group that starts it says how to ask.
+  using IsCompleted = bool (*)(void* work);
 
   StallInspector(std::shared_ptr<Store> store, int rank, int size, std::string where,
-                 std::chrono::milliseconds threshold, std::chrono::milliseconds timeout);
+                 std::chrono::milliseconds threshold, std::chrono::milliseconds timeout,
+                 IsCompleted is_completed);
   ~StallInspector();
   StallInspector(const StallInspector&) = delete;
   StallInspector& operator=(const StallInspector&) = delete;
 
   void issued(std::uint64_t seq, const char* op, const at::Tensor& tensor,
-              std::shared_ptr<const std::string> label, const std::shared_ptr<Work>& work);
+              std::shared_ptr<const std::string> label, std::weak_ptr<void> work);
 
  private:
   struct Pending {
@@ -57,7 +60,7 @@ class StallInspector {
     at::ScalarType dtype = at::kFloat;
     std::shared_ptr<const std::string> label;
     Clock::time_point issued;
-    std::weak_ptr<Work> work;
+    std::weak_ptr<void> work;
   };
 
   void run();
@@ -71,6 +74,7 @@ class StallInspector {
   std::chrono::milliseconds threshold_;
   std::chrono::milliseconds timeout_;
   std::chrono::milliseconds tick_;
+  IsCompleted is_completed_;
 
   std::mutex mutex_;
   std::condition_variable cv_;
