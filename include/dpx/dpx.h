@@ -14,6 +14,7 @@
 
 #include "dpx/observe/timeline.h"
 
+#include "dpx/comm/diagnostics.h"
 #include "dpx/comm/errors.h"
 #include "dpx/comm/init.h"
 #include "dpx/comm/process_group.h"

@@ -7,7 +7,6 @@
 #include "comm/setup/backend.h"
 #include "comm/setup/factory.h"
 #include "comm/init_url.h"
-#include "comm/rendezvous_store.h"
 #include "store/job_token.h"
 #include "dpx/store/errors.h"
 #include "dpx/runtime/cuda.h"
@@ -165,13 +164,9 @@ std::shared_ptr<ProcessGroup> init_process_group(InitOptions opts) {
   return group;
 }
 
-namespace detail {
-
 StoreAndRank rendezvous_store(const InitOptions& opts) {
   Rendezvous r = rendezvous(opts);
   return {std::move(r.store), r.rank, r.world_size};
 }
-
-}  // namespace detail
 
 }  // namespace dpx

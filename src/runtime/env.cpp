@@ -2,6 +2,7 @@
 
 #include <c10/util/Exception.h>
 
+#include "runtime/compat/torch_version.h"
 #include "runtime/env_read.h"
 #include "runtime/scheduler_env.h"
 
@@ -67,7 +68,7 @@ std::string Env::require(const char* name) {
                   "program with dpxrun.");
     }
   }
-  TORCH_CHECK(v.has_value() || !env_string("SLURM_JOB_ID") || detail::in_slurm_step(),
+  TORCH_CHECK(v.has_value() || !env_string("SLURM_JOB_ID") || in_slurm_step(),
               "environment variable ", name, " expected, but not set: this process runs in "
               "Slurm job ", *env_string("SLURM_JOB_ID"), " but outside any srun step. Start it "
               "with srun (srun PROGRAM, or srun dpxrun ... PROGRAM).");
@@ -83,6 +84,10 @@ DebugLevel debug_level() {
     return parse_debug("TORCH_DISTRIBUTED_DEBUG", *t);
   }
   return DebugLevel::kOff;
+}
+
+std::vector<std::pair<std::string, std::string>> torchrun_defaults() {
+  return compat::torchrun_defaults();
 }
 
 }  // namespace dpx

@@ -188,6 +188,25 @@ std::vector<int> expand_slurm_tasks_per_node(const std::string& list) {
   return out;
 }
 
+std::optional<SchedulerEnv> scheduler_env() {
+  if (auto s = mpi(kOpenMpi)) return s;
+  if (auto s = mpi(kPmi)) return s;
+  return slurm();
+}
+
+}  // namespace dpx::detail
+
+// dpx/runtime/slurm.h, on the parsers above.
+namespace dpx {
+
+using detail::env_string;
+using detail::expand_slurm_hostlist;
+using detail::expand_slurm_tasks_per_node;
+using detail::first_of;
+using detail::maybe;
+using detail::need;
+using detail::port_from;
+
 int port_from_job_id(std::uint64_t job_id) { return 20000 + static_cast<int>(job_id % 10000); }
 
 std::optional<SlurmStep> slurm_step() {
@@ -217,10 +236,4 @@ bool in_slurm_step() {
          env_string("SLURM_PROCID");
 }
 
-std::optional<SchedulerEnv> scheduler_env() {
-  if (auto s = mpi(kOpenMpi)) return s;
-  if (auto s = mpi(kPmi)) return s;
-  return slurm();
-}
-
-}  // namespace dpx::detail
+}  // namespace dpx

@@ -10,10 +10,11 @@
 // (outside any srun step: no SLURM_STEP_ID) is not taken for a rank of the job.
 #pragma once
 
-#include <cstdint>
 #include <optional>
 #include <string>
 #include <vector>
+
+#include "dpx/runtime/slurm.h"
 
 namespace dpx::detail {
 
@@ -28,25 +29,6 @@ struct SchedulerEnv {
   std::optional<int> master_port;          // derived from the job id
 };
 
-// What srun tells each task of a step, read in this one place for both of its readers: a
-// program that srun starts (scheduler_env()) and `srun dpxrun`, one agent per node
-// (tools/dpxrun/slurm.cpp).
-struct SlurmStep {
-  std::string job_id;                  // SLURM_JOB_ID (or SLURM_JOBID); "" when unset
-  int task = 0;                        // SLURM_PROCID
-  int tasks = 1;                       // SLURM_STEP_NUM_TASKS, else SLURM_NTASKS
-  std::optional<int> nodes;            // SLURM_STEP_NUM_NODES, else SLURM_NNODES
-  std::optional<int> node;             // SLURM_NODEID
-  std::optional<int> local_task;       // SLURM_LOCALID
-  std::vector<int> tasks_per_node;     // SLURM_STEP_TASKS_PER_NODE, else SLURM_TASKS_PER_NODE
-  std::vector<std::string> hosts;      // the step's node list, expanded, in srun's task order
-  std::optional<int> master_port;      // port_from_job_id(job id); nullopt without a job id
-};
-
-// The step this process runs in; nullopt outside one (in_slurm_step()). Malformed variables
-// throw, naming the variable.
-std::optional<SlurmStep> slurm_step();
-
 // What the first scheduler found in this process's environment says; nullopt outside any.
 // Malformed variables throw, naming the variable.
 std::optional<SchedulerEnv> scheduler_env();
@@ -57,12 +39,5 @@ std::vector<std::string> expand_slurm_hostlist(const std::string& list);
 
 // Slurm's tasks-per-node syntax: "2(x3),1" -> 2 2 2 1.
 std::vector<int> expand_slurm_tasks_per_node(const std::string& list);
-
-// The master port derived from a job id, the same on every node of the job:
-// 20000 + id % 10000 (below Linux's ephemeral ports, 32768 and up).
-int port_from_job_id(std::uint64_t job_id);
-
-// The Slurm step this process runs in (srun sets SLURM_STEP_ID and SLURM_PROCID).
-bool in_slurm_step();
 
 }  // namespace dpx::detail

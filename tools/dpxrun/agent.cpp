@@ -13,7 +13,7 @@
 #include <filesystem>
 #include <set>
 
-#include "runtime/compat/torch_version.h"
+#include "dpx/runtime/env.h"
 #include "dpx/store/errors.h"
 #include "net.h"
 
@@ -148,7 +148,7 @@ std::vector<std::string> Agent::worker_env(const RoundInfo& r, int local_rank) c
   put("DPX_STORE_TOKEN", rdzv_->token());  // worker rank 0's store demands it
   put("TORCHELASTIC_ERROR_FILE", run_log_dir_ + "/attempt_" + std::to_string(r.restart_count) +
                                      "/" + std::to_string(local_rank) + "/error.json");
-  for (const auto& [k, v] : dpx::compat::torchrun_defaults()) {
+  for (const auto& [k, v] : dpx::torchrun_defaults()) {
     if (std::getenv(k.c_str()) == nullptr) put(k, v);
   }
   if (config_.heartbeat_timeout > 0) {

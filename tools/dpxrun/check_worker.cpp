@@ -3,18 +3,16 @@
 #include <sys/statvfs.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <string>
 
 #include <torch/torch.h>
+#include <torch/version.h>
 
 #include "check.h"
-#include "comm/backends/gloo/device.h"
-#include "comm/setup/choose.h"
-#include "comm/rendezvous_store.h"
-#include "runtime/compat/torch_version.h"
+#include "dpx/comm/diagnostics.h"
 #include "dpx/dpx.h"
-#include "runtime/env_read.h"
 #include "net.h"
 
 namespace dpxrun {
@@ -73,8 +71,7 @@ void tiny_allreduce(dpx::ProcessGroup& pg, Report& report) {
 
 // The shm segment of this host's ranks against /dev/shm and available memory.
 void check_shared_memory(int local_world, Report& report) {
-  const double slot = static_cast<double>(
-      dpx::detail::env_int("DPX_SHM_SLOT_BYTES", 4096).value_or(1 << 20));
+  const double slot = static_cast<double>(dpx::shm_slot_bytes());
   const double need = 2 * slot * local_world + 8192;  // two slots per rank, plus the header
   struct statvfs fs {};
   const double dev_shm = ::statvfs("/dev/shm", &fs) == 0
@@ -114,8 +111,7 @@ void report_versions_and_addresses(const dpx::Env& env, dpx::Store* store, Repor
   report.info("store at " + env.master_addr.value_or("?") + ":" +
               std::to_string(env.master_port.value_or(0)));
   try {
-    auto in = dpx::detail::gloo_listen_inputs(store);
-    report.info("gloo listens on " + dpx::detail::choose_gloo_listen(in, "").describe());
+    report.info("gloo listens on " + dpx::gloo_listen_address(store));
   } catch (const std::exception& e) {
     report.problem(first_line(e.what()));
   }
@@ -131,9 +127,9 @@ int run_check_worker() {
   Report report(env.rank.value_or(-1), env.local_rank.value_or(0));
   dpx::InitOptions opts;
   opts.timeout = std::chrono::milliseconds(static_cast<long>(kCheckTimeout * 1000));
-  dpx::detail::StoreAndRank s;
+  dpx::StoreAndRank s;
   try {
-    s = dpx::detail::rendezvous_store(opts);
+    s = dpx::rendezvous_store(opts);
   } catch (const std::exception& e) {
     report.problem("cannot reach the store: " + first_line(e.what()));
     return report.exit_code();
@@ -148,13 +144,12 @@ int run_check_worker() {
     auto gloo = dpx::new_process_group("gloo", dpx::Store::prefix("check/gloo", s.store), s.rank,
                                        s.world_size, pg);
     tiny_allreduce(*gloo, report);
-    const auto placement = dpx::detail::gather_placement(
-        *dpx::Store::prefix("check/host", s.store), s.rank, s.world_size, at::kCPU, pg.timeout);
-    const auto picked = dpx::detail::choose_backend(dpx::detail::Backend::kAuto, false, false,
-                                                    [&]() -> const auto& { return placement; });
-    const bool one_host = placement.hosts.hosts() == 1;
-    const bool hierarchical = picked == dpx::detail::Backend::kHierarchical;
-    const std::string forced = dpx::detail::env_string("DPX_BACKEND").value_or("");
+    const std::string picked = dpx::auto_cpu_backend(
+        *dpx::Store::prefix("check/host", s.store), s.rank, s.world_size, pg.timeout);
+    const bool one_host = picked == "shm";  // auto on the CPU: shm exactly when on one host
+    const bool hierarchical = picked == "hierarchical";
+    const char* backend_variable = std::getenv("DPX_BACKEND");
+    const std::string forced = backend_variable != nullptr ? backend_variable : "";
     if (report.job_lead()) {
       report.info(!forced.empty() ? "backend: " + forced + " for every pair of ranks "
                                     "(DPX_BACKEND)"

@@ -9,9 +9,9 @@
 #include <thread>
 #include <vector>
 
-#include "store/route.h"
 #include "dpx/store/errors.h"
 #include "net.h"
+#include "route.h"  // src/store/route.h
 
 namespace dpxrun {
 namespace {

@@ -4,15 +4,15 @@
 
 #include <cstdlib>
 
-#include "runtime/scheduler_env.h"
+#include "dpx/runtime/slurm.h"
 
 namespace dpxrun {
 namespace {
 
 // The step as srun describes it; a malformed variable is a usage error naming it.
-dpx::detail::SlurmStep read_step() {
+dpx::SlurmStep read_step() {
   try {
-    return *dpx::detail::slurm_step();
+    return *dpx::slurm_step();
   } catch (const c10::Error& e) {
     throw UsageError(e.what_without_backtrace());
   }
@@ -31,8 +31,8 @@ int int_var(const std::string& name, const std::string& value) {
 }  // namespace
 
 std::string apply_slurm(Config& c, const std::set<std::string>& given) {
-  if (c.standalone || !dpx::detail::in_slurm_step()) return "";
-  const dpx::detail::SlurmStep step = read_step();
+  if (c.standalone || !dpx::in_slurm_step()) return "";
+  const dpx::SlurmStep step = read_step();
   if (!step.nodes) throw UsageError("Slurm gives no node count (SLURM_STEP_NUM_NODES, SLURM_NNODES)");
   const int nodes = *step.nodes;
   if (step.tasks != nodes) {
@@ -65,7 +65,7 @@ std::string apply_slurm(Config& c, const std::set<std::string>& given) {
     const char* port = std::getenv("MASTER_PORT");
     c.master_port = port != nullptr && *port != '\0'
                         ? int_var("MASTER_PORT", port)
-                        : step.master_port.value_or(dpx::detail::port_from_job_id(0));
+                        : step.master_port.value_or(dpx::port_from_job_id(0));
     notice += " --master-port " + std::to_string(c.master_port);
   }
   return notice;

@@ -38,6 +38,17 @@ struct InitOptions {
 
 std::shared_ptr<ProcessGroup> init_process_group(InitOptions options = {});
 
+// The store init_process_group(options) would set its group up on (options.store, or the one
+// env://, tcp:// or file:// names) and this process's rank and world size in it, without
+// making a group or any process-wide choice: for callers that build several groups on one store
+// (dpxrun --check's workers).
+struct StoreAndRank {
+  std::shared_ptr<Store> store;
+  int rank = -1;
+  int world_size = -1;
+};
+StoreAndRank rendezvous_store(const InitOptions& options);
+
 // A group of the given backend over a store the caller made (tests, tools, sub-groups). Makes
 // no process-wide choice: call init_process() first where they are wanted.
 std::shared_ptr<ProcessGroup> new_process_group(const std::string& backend,

@@ -13,6 +13,8 @@
 
 #include <optional>
 #include <string>
+#include <utility>
+#include <vector>
 
 namespace dpx {
 
@@ -43,5 +45,10 @@ struct Env {
 
 // DPX_DEBUG, else TORCH_DISTRIBUTED_DEBUG: OFF (default), INFO or DETAIL. Read now.
 DebugLevel debug_level();
+
+// What the torchrun of the PyTorch that dpx is built against gives every worker beyond the
+// contract above, as (variable, value); a launcher sets each one its own environment lacks, so
+// workers of dpxrun see what torchrun's would.
+std::vector<std::pair<std::string, std::string>> torchrun_defaults();
 
 }  // namespace dpx
