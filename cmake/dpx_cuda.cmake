@@ -1,4 +1,5 @@
-# DPX_CUDA=AUTO|ON|OFF: whether dpx compiles its CUDA code (src/runtime/cuda/, src/comm/backends/nccl/).
+# DPX_CUDA=AUTO|ON|OFF: whether dpx compiles its CUDA code (src/runtime/cuda/,
+# src/comm/backends/nccl/).
 #   AUTO (default)  on when the Torch found was built with CUDA and c10d's NCCL, else off
 #   ON              the same, but a Torch without CUDA is a configure error
 #   OFF             never, even against a CUDA Torch

@@ -11,8 +11,8 @@
 //     the setting and both values, before any segment or connection is made.
 //  2. Before each collective exchanges data, every rank compares its CollectiveDescriptor with
 //     every peer's (check_same): the shm backend through its segment (Note [Mismatch check] in
-//     comm/backends/shm/channel.h), the gloo backend through a small allgather that precedes the data.
-//     Every rank raises MismatchError, and the group stays usable.
+//     comm/backends/shm/channel.h), the gloo backend through a small allgather that precedes the
+//     data. Every rank raises MismatchError, and the group stays usable.
 #pragma once
 
 #include <ATen/core/Tensor.h>

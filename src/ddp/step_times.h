@@ -18,9 +18,10 @@ namespace dpx::detail {
 // DDP times each synchronised step at six moments. On the CPU they are host clock readings. On
 // CUDA the host only queues work: its clock tells when a kernel was queued, not when it ran, and
 // with stream-ordered waits (Work::synchronize) the host never sees a reduction end. So on a
-// CUDA group each moment is also a mark on the current stream (runtime/cuda/stream_mark.h), and a step's
-// times come from its marks once the device has passed them: at a later step's end if it has
-// (the step never waits for the device), else when the statistics are asked for (which waits).
+// CUDA group each moment is also a mark on the current stream (runtime/cuda/stream_mark.h), and
+// a step's times come from its marks once the device has passed them: at a later step's end if
+// it has (the step never waits for the device), else when the statistics are asked for (which
+// waits).
 enum class Moment { kForwardStart, kForwardEnd, kFirstLaunch, kLastReady, kWaitStart, kEnd };
 
 struct StepDurations {

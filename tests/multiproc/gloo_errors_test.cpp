@@ -1,6 +1,6 @@
 // The gloo backend turns Gloo's exceptions into dpx's typed errors by the words of their
-// messages (src/comm/backends/gloo/translate.cpp). These tests provoke the real faults, so a LibTorch
-// release whose Gloo words them differently fails here instead of degrading to a plain
+// messages (src/comm/backends/gloo/translate.cpp). These tests provoke the real faults, so a
+// LibTorch release whose Gloo words them differently fails here instead of degrading to a plain
 // DistributedError. "Connection refused" and "Broken pipe" have no fault that produces them
 // deterministically; a dead peer gives "closed by peer" or "reset by peer".
 #include <torch/torch.h>

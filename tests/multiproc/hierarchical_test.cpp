@@ -1,6 +1,7 @@
-// The hierarchical backend (Note [Hierarchical collectives] in src/comm/backends/hierarchical/process_group_hierarchical.cpp) on
-// two network-namespace hosts: exact against flat gloo for every op, chosen by `auto` there,
-// uneven hosts, ranks that disagree, a lost rank.
+// The hierarchical backend (Note [Hierarchical collectives] in
+// src/comm/backends/hierarchical/process_group_hierarchical.cpp) on two network-namespace hosts:
+// exact against flat gloo for every op, chosen by `auto` there, uneven hosts, ranks that
+// disagree, a lost rank.
 #include <torch/torch.h>
 
 #include "ddp_models.h"

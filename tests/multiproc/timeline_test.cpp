@@ -1,6 +1,6 @@
-// The timeline (include/dpx/observe/timeline.h): two ranks train the MLP under DDP with the timeline
-// on; each writes its file; the merged trace holds one row per rank with the step's events,
-// the buckets' sizes and parameter names, on one clock.
+// The timeline (include/dpx/observe/timeline.h): two ranks train the MLP under DDP with the
+// timeline on; each writes its file; the merged trace holds one row per rank with the step's
+// events, the buckets' sizes and parameter names, on one clock.
 #include <torch/torch.h>
 #include <unistd.h>
 

@@ -1,6 +1,6 @@
 // What happens to the memory of the tensors a training step frees (docs/ddp.md, "Memory between
-// steps"). init_process() (dpx/runtime/process.h), which init_process_group() calls by default, applies
-// the policy DPX_MALLOC names; programs may apply one themselves.
+// steps"). init_process() (dpx/runtime/process.h), which init_process_group() calls by default,
+// applies the policy DPX_MALLOC names; programs may apply one themselves.
 #pragma once
 
 #include <cstddef>

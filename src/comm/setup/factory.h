@@ -29,7 +29,8 @@ std::shared_ptr<ProcessGroup> make_shm_group(const BackendArgs& args);
 // The nccl backend (src/comm/backends/nccl/): one CUDA device per rank; a clear error without CUDA.
 std::shared_ptr<ProcessGroup> make_nccl_group(const BackendArgs& args);
 // All-reduce and broadcast through the host (shm) and between one leader per host (gloo)
-// (Note [Hierarchical collectives] in comm/backends/hierarchical/process_group_hierarchical.cpp); `layout` is the job's.
+// (Note [Hierarchical collectives] in
+// comm/backends/hierarchical/process_group_hierarchical.cpp); `layout` is the job's.
 std::shared_ptr<ProcessGroup> make_hierarchical_group(const BackendArgs& args,
                                                       const HostLayout& layout);
 // Collectives on `options.device` tensors over `host`, a CPU group, through host buffers

@@ -12,7 +12,8 @@ namespace dpx::compat {
 
 constexpr int kTorchVersion = TORCH_VERSION_MAJOR * 100 + TORCH_VERSION_MINOR;  // 2.15 -> 215
 
-// For the few differences a declaration must follow (virtual signatures), in src/runtime/compat/ only.
+// For the few differences a declaration must follow (virtual signatures), in src/runtime/compat/
+// only.
 #define DPX_TORCH_AT_LEAST(major, minor) \
   (TORCH_VERSION_MAJOR * 100 + TORCH_VERSION_MINOR >= (major) * 100 + (minor))
 

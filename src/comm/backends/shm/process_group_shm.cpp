@@ -16,7 +16,8 @@ namespace {
 constexpr std::chrono::milliseconds kHelpPoll{1};
 constexpr int kIdlePolls = 50;
 
-// The shm backend's own variables (Note [Environment] in dpx/runtime/env.h), read when a group is made.
+// The shm backend's own variables (Note [Environment] in dpx/runtime/env.h), read when a group
+// is made.
 struct ShmEnv {
   std::optional<std::int64_t> slot_bytes = detail::env_int("DPX_SHM_SLOT_BYTES", 4096);
   std::optional<std::int64_t> small_bytes = detail::env_int("DPX_SHM_SMALL_BYTES", 0);
