@@ -1,9 +1,9 @@
 #include "comm/backends/gloo/process_group_gloo.h"
 
-#include <algorithm>
 #include <atomic>
 #include <cstring>
 
+#include "comm/backends/c10d/c10d_work.h"
 #include "comm/consistency.h"
 #include "comm/backends/gloo/device.h"
 #include "comm/backends/gloo/translate.h"
@@ -27,25 +27,14 @@ c10d::ReduceOp to_c10d(ReduceOp op) {
   TORCH_INTERNAL_ASSERT(false, "unknown ReduceOp");
 }
 
-class GlooWork : public Work {
+class GlooWork : public C10dWork {
  public:
   GlooWork(c10::intrusive_ptr<c10d::Work> work, std::chrono::milliseconds timeout,
            std::string where, const char* op)
-      : Work(timeout), work_(std::move(work)), where_(std::move(where)), op_(op) {
+      : C10dWork(std::move(work), rethrow_gloo_error, timeout, std::move(where), op) {
     if (timeline::enabled()) note_finish();
   }
 
-  void wait(std::chrono::milliseconds timeout) override {
-    try {
-      // c10d reads a timeout of 0 as "no timeout": a caller whose time is up (the issuer passes
-      // what is left of its deadline) would wait forever. 1 ms is the shortest bounded wait.
-      work_->wait(std::max(timeout, std::chrono::milliseconds(1)));
-    } catch (const std::exception& e) {
-      rethrow_gloo_error(e, where_, op_, timeout);
-    }
-  }
-  bool is_completed() override { return work_->isCompleted(); }
-  std::exception_ptr exception() override { return work_->exception(); }
   std::chrono::steady_clock::time_point finished_at() override {
     return std::chrono::steady_clock::time_point(std::chrono::nanoseconds(finished_ns_->load()));
   }
@@ -65,9 +54,6 @@ class GlooWork : public Work {
 
   std::shared_ptr<std::atomic<std::int64_t>> finished_ns_ =
       std::make_shared<std::atomic<std::int64_t>>(0);
-  c10::intrusive_ptr<c10d::Work> work_;
-  std::string where_;
-  const char* op_;
 };
 
 }  // namespace

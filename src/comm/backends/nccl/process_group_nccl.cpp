@@ -2,9 +2,6 @@
 // (docs/backends.md says why it wraps c10d rather than calling NCCL itself).
 #include <c10/util/Exception.h>
 
-#include <algorithm>
-#include <cstdlib>
-#include <optional>
 #include <string>
 
 #include "comm/setup/factory.h"
@@ -15,6 +12,7 @@
 #if DPX_WITH_CUDA
 #include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
 
+#include "comm/backends/c10d/c10d_work.h"
 #include "store/c10d_adapter.h"
 #include "runtime/cuda/nccl_error_handling.h"
 
@@ -32,22 +30,12 @@ c10d::ReduceOp to_c10d(ReduceOp op) {
   TORCH_INTERNAL_ASSERT(false, "unknown ReduceOp");
 }
 
-class NcclWork : public Work {
+class NcclWork : public C10dWork {
  public:
   NcclWork(c10::intrusive_ptr<c10d::Work> work, std::chrono::milliseconds timeout,
            std::string where, const char* op)
-      : Work(timeout), work_(std::move(work)), where_(std::move(where)), op_(op) {}
+      : C10dWork(std::move(work), rethrow_nccl_error, timeout, std::move(where), op) {}
 
-  // With a timeout, c10d's wait blocks this thread until the GPU finished the collective (or
-  // throws), and makes the current CUDA stream wait for the NCCL stream: what follows on the
-  // compute stream sees the result. c10d reads 0 as "no timeout", hence at least 1 ms.
-  void wait(std::chrono::milliseconds timeout) override {
-    try {
-      work_->wait(std::max(timeout, std::chrono::milliseconds(1)));
-    } catch (const std::exception& e) {
-      rethrow_nccl_error(e, where_, op_, timeout);
-    }
-  }
   // Stream order only (Work::synchronize): the current stream waits for the NCCL stream. A
   // failure c10d's watchdog has already recorded is thrown here; a later one at the next call.
   void synchronize() override {
@@ -55,16 +43,9 @@ class NcclWork : public Work {
       if (auto error = work_->exception()) std::rethrow_exception(error);
       work_->synchronize();
     } catch (const std::exception& e) {
-      rethrow_nccl_error(e, where_, op_, default_timeout_);
+      rethrow_(e, where_, op_, default_timeout_);
     }
   }
-  bool is_completed() override { return work_->isCompleted(); }
-  std::exception_ptr exception() override { return work_->exception(); }
-
- private:
-  c10::intrusive_ptr<c10d::Work> work_;
-  std::string where_;
-  const char* op_;
 };
 
 class NcclGroup : public ProcessGroup {
