@@ -12,18 +12,14 @@ if [ "$(id -u)" != 0 ] || ! ip -V >/dev/null 2>&1; then
   exit 77
 fi
 a="dpxna$$" b="dpxnb$$" ia="dpxnva$$" ib="dpxnvb$$"
+pair="$(dirname "$0")/../scripts/netns_pair.sh"
 pids=()
 cleanup() {
   for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
-  ip netns del "$a" 2>/dev/null || true; ip netns del "$b" 2>/dev/null || true
+  bash "$pair" down "$a" "$b"
 }
 trap cleanup EXIT
-ip netns add "$a" && ip netns add "$b"
-ip link add "$ia" type veth peer name "$ib"
-ip link set "$ia" netns "$a" && ip link set "$ib" netns "$b"
-ip -n "$a" addr add "$subnet.1/24" dev "$ia" && ip -n "$b" addr add "$subnet.2/24" dev "$ib"
-for ns in "$a" "$b"; do ip -n "$ns" link set lo up; done
-ip -n "$a" link set "$ia" up && ip -n "$b" link set "$ib" up
+bash "$pair" up "$a" "$b" "$ia" "$ib" "$subnet.1" "$subnet.2"
 world=$((2 * nper))
 for host in 0 1; do
   ns=$a ifname=$ia

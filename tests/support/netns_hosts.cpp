@@ -14,6 +14,9 @@ namespace {
 
 bool sh(const std::string& c) { return std::system(c.c_str()) == 0; }
 
+// The one maker of namespace pairs, shared with the benchmarks.
+const std::string kPair = "bash " DPX_SOURCE_DIR "/scripts/netns_pair.sh";
+
 }  // namespace
 
 TwoHosts::TwoHosts() {
@@ -22,21 +25,11 @@ TwoHosts::TwoHosts() {
   ns_b_ = "dpxb" + id;
   if_a_ = "dva" + id;
   if_b_ = "dvb" + id;
-  ok_ = sh("ip netns add " + ns_a_) && sh("ip netns add " + ns_b_) &&
-        sh("ip link add " + if_a_ + " type veth peer name " + if_b_) &&
-        sh("ip link set " + if_a_ + " netns " + ns_a_) &&
-        sh("ip link set " + if_b_ + " netns " + ns_b_) &&
-        sh("ip -n " + ns_a_ + " addr add " + kAddrA + "/24 dev " + if_a_) &&
-        sh("ip -n " + ns_b_ + " addr add " + kAddrB + "/24 dev " + if_b_) &&
-        sh("ip -n " + ns_a_ + " link set " + if_a_ + " up") &&
-        sh("ip -n " + ns_b_ + " link set " + if_b_ + " up") &&
-        sh("ip -n " + ns_a_ + " link set lo up") && sh("ip -n " + ns_b_ + " link set lo up");
+  ok_ = sh(kPair + " up " + ns_a_ + " " + ns_b_ + " " + if_a_ + " " + if_b_ + " " + kAddrA + " " +
+           kAddrB);
 }
 
-TwoHosts::~TwoHosts() {
-  sh("ip netns del " + ns_a_ + " 2>/dev/null");
-  sh("ip netns del " + ns_b_ + " 2>/dev/null");
-}
+TwoHosts::~TwoHosts() { sh(kPair + " down " + ns_a_ + " " + ns_b_); }
 
 std::string TwoHosts::why_not() {
   if (geteuid() != 0) return "network namespaces need root";

@@ -1,5 +1,6 @@
 // Two "hosts" for multi-node tests: network namespaces joined by a veth pair, 10.213.0.1 (a) and
-// 10.213.0.2 (b), each with its own loopback and port space. Removed whatever happens.
+// 10.213.0.2 (b), each with its own loopback and port space, made and removed (whatever
+// happens) by scripts/netns_pair.sh, as the benchmarks' are.
 #pragma once
 
 #include <string>
