@@ -1,6 +1,6 @@
 #!/usr/bin/python3
 """PyTorch's GradScaler (torch.amp.GradScaler("cpu"), PyTorch 2.3 and later) on the gradient
-sequence dpx's test wrote, for tests/multiproc/amp_python_test.cpp.
+sequence dpx's test wrote, for tests/multiproc/amp_test.cpp.
 
 Input (JSON):  {"init_scale": S, "growth_interval": N, "lr": LR, "p": [...],
                 "grads": [[...], ...]}   values are numbers or the strings "inf", "-inf", "nan"

@@ -1,6 +1,6 @@
 // dpx::GradScaler's algorithm with exact expected values (PyTorch's GradScaler semantics: the
 // same on every LibTorch, including 1.13 whose Python has no CPU GradScaler to compare with),
-// its errors, and AutocastGuard. Against Python's own GradScaler: amp_python_test.cpp.
+// its errors, and AutocastGuard. Against Python's own GradScaler: multiproc/amp_test.cpp.
 #include <torch/torch.h>
 
 #include <limits>
