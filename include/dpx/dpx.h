@@ -3,6 +3,7 @@
 
 #include "dpx/runtime/cuda.h"
 #include "dpx/runtime/env.h"
+#include "dpx/runtime/files.h"
 #include "dpx/runtime/memory_policy.h"
 #include "dpx/runtime/process.h"
 

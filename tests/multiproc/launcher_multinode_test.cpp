@@ -4,7 +4,6 @@
 #include <unistd.h>
 
 #include <cstdlib>
-#include <filesystem>
 #include <fstream>
 #include <set>
 #include <thread>
@@ -43,7 +42,7 @@ bool all_reducing(const std::string& dir, int n, std::chrono::seconds timeout) {
   return wait_until([&] {
     int found = 0;
     for (int r = 0; r < n; ++r) {
-      found += std::filesystem::exists(dir + "/running_" + std::to_string(r) + "_0") ? 1 : 0;
+      found += path_exists(dir + "/running_" + std::to_string(r) + "_0") ? 1 : 0;
     }
     return found == n;
   }, timeout);

@@ -3,7 +3,6 @@
 #include <signal.h>
 
 #include <algorithm>
-#include <filesystem>
 #include <fstream>
 #include <set>
 #include <sstream>
@@ -340,14 +339,13 @@ TEST(Launcher, ConsoleLinesArePrefixedAndLogFilesFollowTorchrunLayout) {
   EXPECT_EQ(r.output.find("hello from rank"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("[default0]:complaint from rank 0"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("[default1]:complaint from rank 1"), std::string::npos) << r.output;
-  std::vector<std::filesystem::path> runs;
-  for (auto& e : std::filesystem::directory_iterator(logs.path())) runs.push_back(e.path());
+  const auto runs = list_dir(logs.path());
   ASSERT_EQ(runs.size(), 1u);
-  const std::string attempt = runs[0].string() + "/attempt_0/";
+  const std::string attempt = logs.path() + "/" + runs[0] + "/attempt_0/";
   EXPECT_EQ(read_file(attempt + "0/stdout.log"), "hello from rank 0\n");
   EXPECT_EQ(read_file(attempt + "1/stdout.log"), "hello from rank 1\n");
   EXPECT_EQ(read_file(attempt + "0/stderr.log"), "complaint from rank 0\n");
-  EXPECT_FALSE(std::filesystem::exists(attempt + "1/stderr.log"));
+  EXPECT_FALSE(path_exists(attempt + "1/stderr.log"));
 }
 
 TEST(Launcher, HungWorkerIsDetectedByHeartbeat) {

@@ -11,7 +11,6 @@
 #include <unistd.h>
 
 #include <cstdlib>
-#include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <stdexcept>
@@ -58,8 +57,7 @@ Launch::~Launch() {
     waitpid(pid_, nullptr, 0);
   }
   unlink(log_.c_str());
-  std::error_code ignored;
-  std::filesystem::remove_all(tmpdir_, ignored);
+  remove_tree(tmpdir_);
 }
 
 bool Launch::running() {
@@ -104,17 +102,15 @@ TempDir::TempDir() {
 }
 
 TempDir::~TempDir() {
-  std::error_code ignored;
-  std::filesystem::remove_all(path_, ignored);
+  remove_tree(path_);
 }
 
 std::vector<std::map<std::string, std::string>> read_worker_envs(const std::string& dir) {
   std::vector<std::map<std::string, std::string>> out;
-  for (const auto& entry : std::filesystem::directory_iterator(dir)) {
-    const std::string name = entry.path().filename().string();
+  for (const auto& name : list_dir(dir)) {
     if (name.rfind("env_", 0) != 0 || name.find(".tmp") != std::string::npos) continue;
     std::map<std::string, std::string> env;
-    std::stringstream ss(read_file(entry.path().string()));
+    std::stringstream ss(read_file(dir + "/" + name));
     std::string line;
     while (std::getline(ss, line)) {
       auto eq = line.find('=');

@@ -11,6 +11,8 @@
 #include <utility>
 #include <vector>
 
+#include "dpx/runtime/files.h"
+
 namespace dpx::test {
 
 std::string dpxrun_path();

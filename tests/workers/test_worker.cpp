@@ -18,7 +18,6 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <filesystem>
 #include <fstream>
 #include <string>
 #include <thread>
@@ -58,8 +57,7 @@ void sleep_s(double s) {
 void wait_for_rank0(const std::string& dir, int restart) {
   const std::string prefix = "env_" + std::to_string(restart) + "_0_";
   for (int i = 0; i < 1000; ++i) {  // at most 10 s
-    for (const auto& e : std::filesystem::directory_iterator(dir)) {
-      const std::string name = e.path().filename().string();
+    for (const auto& name : dpx::list_dir(dir)) {
       if (name.rfind(prefix, 0) == 0 && name.find(".tmp") == std::string::npos) return;
     }
     sleep_s(0.01);

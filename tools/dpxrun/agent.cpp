@@ -10,10 +10,10 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <filesystem>
 #include <set>
 
 #include "dpx/runtime/env.h"
+#include "dpx/runtime/files.h"
 #include "dpx/store/errors.h"
 #include "net.h"
 
@@ -93,15 +93,13 @@ Agent::Agent(Config config) : config_(std::move(config)), host_(hostname()) {
 Agent::~Agent() {
   stop(SIGKILL);
   if (temp_log_dir_ && succeeded_) {  // after a failure the summary points into it: keep it
-    std::error_code ignored;
-    std::filesystem::remove_all(base_log_dir_, ignored);
+    dpx::remove_tree(base_log_dir_);
   }
 }
 
 void Agent::make_log_dir() {
   if (config_.log_dir.empty()) {
-    const char* tmp = std::getenv("TMPDIR");  // as Python's tempfile (torchrun) does
-    std::string tmpl = std::string(tmp && *tmp ? tmp : "/tmp") + "/torchelastic_XXXXXX";
+    std::string tmpl = dpx::temp_dir() + "/torchelastic_XXXXXX";  // as torchrun's tempfile
     if (mkdtemp(tmpl.data()) == nullptr) {
       throw std::runtime_error("dpxrun: cannot create a temporary directory " + tmpl + ": " +
                                std::strerror(errno));
@@ -110,7 +108,7 @@ void Agent::make_log_dir() {
     temp_log_dir_ = true;
   } else {
     base_log_dir_ = config_.log_dir;
-    std::filesystem::create_directories(base_log_dir_);
+    dpx::make_dirs(base_log_dir_);
   }
   std::string tmpl = base_log_dir_ + "/" + config_.rdzv_id + "_XXXXXX";
   if (mkdtemp(tmpl.data()) == nullptr) {
@@ -167,7 +165,7 @@ void Agent::start_workers(const RoundInfo& r) {
   for (int lr = 0; lr < config_.nproc_per_node; ++lr) {
     const std::string dir = run_log_dir_ + "/attempt_" + std::to_string(r.restart_count) + "/" +
                             std::to_string(lr);
-    std::filesystem::create_directories(dir);
+    dpx::make_dirs(dir);
     WorkerLaunch l;
     l.local_rank = lr;
     l.global_rank = r.rank_offset + lr;

@@ -5,31 +5,29 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
-#include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <regex>
 
 #include "dpx/observe/timeline.h"
+#include "dpx/runtime/files.h"
 
 namespace dpxrun {
-namespace fs = std::filesystem;
 namespace {
 
 void say(const std::string& msg) { std::fprintf(stderr, "dpxrun: %s\n", msg.c_str()); }
 
 // FILE.rank<R>.json next to `file`, in rank order.
 std::vector<std::string> rank_files(const std::string& file) {
-  const fs::path p = fs::absolute(file);
-  const std::regex pattern(std::regex_replace(p.filename().string(),
-                                              std::regex(R"([.^$|()\[\]{}*+?\\])"), R"(\$&)") +
+  const std::string p = dpx::absolute_path(file);
+  const std::string dir = p.substr(0, p.rfind('/')), base = p.substr(p.rfind('/') + 1);
+  const std::regex pattern(std::regex_replace(base, std::regex(R"([.^$|()\[\]{}*+?\\])"),
+                                              R"(\$&)") +
                            R"(\.rank(\d+)\.json)");
   std::vector<std::pair<int, std::string>> found;
-  std::error_code ec;
-  for (const auto& e : fs::directory_iterator(p.parent_path(), ec)) {
+  for (const auto& name : dpx::list_dir(dir.empty() ? "/" : dir)) {
     std::smatch m;
-    const std::string name = e.path().filename().string();
-    if (std::regex_match(name, m, pattern)) found.emplace_back(std::stoi(m[1]), e.path().string());
+    if (std::regex_match(name, m, pattern)) found.emplace_back(std::stoi(m[1]), dir + "/" + name);
   }
   std::sort(found.begin(), found.end());
   std::vector<std::string> out;
@@ -47,14 +45,14 @@ std::string ms(const nlohmann::json& j, const char* field) {
 // One line per rank from the workers' last DdpStats (dpx::to_json).
 void print_step_reports(const std::string& dir) {
   std::vector<std::pair<int, nlohmann::json>> reports;
-  std::error_code ec;
-  for (const auto& e : fs::directory_iterator(dir, ec)) {
-    std::ifstream in(e.path());
+  for (const auto& name : dpx::list_dir(dir)) {
+    const std::string path = dir + "/" + name;
+    std::ifstream in(path);
     try {
       auto j = nlohmann::json::parse(in);
       reports.emplace_back(j.value("rank", -1), std::move(j));
     } catch (const std::exception& ex) {
-      say("step report " + e.path().string() + " unreadable: " + ex.what());
+      say("step report " + path + " unreadable: " + ex.what());
     }
   }
   if (reports.empty()) return;
@@ -85,11 +83,11 @@ void print_step_reports(const std::string& dir) {
 
 void prepare_reports(Config& config) {
   if (!config.timeline.empty()) {
-    const std::string file = fs::absolute(config.timeline).string();
-    for (const auto& old : rank_files(file)) fs::remove(old);
+    const std::string file = dpx::absolute_path(config.timeline);
+    for (const auto& old : rank_files(file)) ::unlink(old.c_str());
     ::setenv("DPX_TIMELINE", file.c_str(), 1);
   }
-  std::string tmpl = (fs::temp_directory_path() / "dpxrun-report-XXXXXX").string();
+  std::string tmpl = dpx::temp_dir() + "/dpxrun-report-XXXXXX";
   if (::mkdtemp(tmpl.data()) != nullptr) {
     config.report_dir = tmpl;
     ::setenv("DPX_STEP_REPORT_DIR", tmpl.c_str(), 1);
@@ -99,8 +97,7 @@ void prepare_reports(Config& config) {
 void finish_reports(const Config& config) {
   if (!config.report_dir.empty()) {
     print_step_reports(config.report_dir);
-    std::error_code ec;
-    fs::remove_all(config.report_dir, ec);
+    dpx::remove_tree(config.report_dir);
   }
   if (config.timeline.empty()) return;
   const auto inputs = rank_files(config.timeline);
