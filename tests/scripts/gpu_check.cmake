@@ -1,0 +1,6 @@
+# scripts/gpu_check.sh (the one-call GPU check): its plan fits its deadline, and on a machine
+# without a GPU it fails at once, in one line.
+add_test(NAME scripts.gpu_check_without_gpu
+  COMMAND bash ${CMAKE_CURRENT_LIST_DIR}/gpu_check/no_gpu.sh ${PROJECT_SOURCE_DIR})
+set_tests_properties(scripts.gpu_check_without_gpu PROPERTIES LABELS "scripts" TIMEOUT 60
+  PASS_REGULAR_EXPRESSION "PASS")
