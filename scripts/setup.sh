@@ -2,10 +2,11 @@
 # Installs what dpx needs. Idempotent: when everything is present it only checks.
 #  1. Debian packages: the build tools, LibTorch 1.13 (libtorch-dev, with python3-torch as its
 #     oracle), the data set, the MPI baseline, gnuplot.
-#  2. LibTorch 2.15 from PyPI, into the project's virtual environment .venv/ (ignored by git,
-#     reused when present): `torch` with the libraries it loads, but not triton (torch.compile's
-#     GPU kernel compiler, which neither C++ nor Python DDP uses): 2.6 GB downloaded.
-#     Where PyPI cannot be reached it says so in one line, and dpx builds against 1.13 alone.
+#  2. LibTorch 2.15 from PyPI, and with --tests 2.11 too, into the project's virtual
+#     environments .venv/ and .venv-2.11/ (ignored by git, reused when present): `torch` with the libraries it loads,
+#     but not triton (torch.compile's GPU kernel compiler, which neither C++ nor Python DDP
+#     uses): 2.6 GB downloaded for each. Where PyPI cannot be reached it says so in one line,
+#     and dpx builds against what is there (Debian's 1.13 at least).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -41,42 +42,34 @@ if ((${#missing[@]} > 0)); then
   $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
 
-# PyTorch 2.15 in .venv. DPX_TORCH=1.13 skips it (Debian's LibTorch only).
-torch_version="2.15"
-venv=.venv
-has_torch() {
-  "$venv/bin/python" -c "import torch, sys; sys.exit(not torch.__version__.startswith('$torch_version.'))" \
+# PyTorch from PyPI, one virtual environment per version: 2.15 in .venv (the newest, what
+# build/ uses, and the tests' main oracle) and, for the tests (`setup.sh --tests`, as
+# scripts/test.sh calls it), 2.11 in .venv-2.11 (what the GPU machines have: built and
+# unit-tested so that a GPU session meets no compile error). DPX_TORCH=V keeps one LibTorch
+# (1.13: Debian's alone, nothing from PyPI).
+has_torch() {  # VENV VERSION
+  "$1/bin/python" -c "import torch, sys; sys.exit(not torch.__version__.startswith('$2.'))" \
     >/dev/null 2>&1
 }
+# numpy: not a torch requirement, but PyTorch's PowerSGD hook (an oracle of the tests) needs it;
 # safetensors: the oracle of the safetensors tests (tests/python/state_dict_oracle.py).
-ensure_safetensors() {
-  "$venv/bin/python" -c "import safetensors" >/dev/null 2>&1 ||
-    "$venv/bin/python" -m pip install -q safetensors >>"$venv/pip.log" 2>&1 ||
-    echo "setup: safetensors did not install into $venv (see $venv/pip.log): the safetensors oracle tests will skip"
+ensure_module() {  # VENV MODULE WHAT-SKIPS
+  "$1/bin/python" -c "import $2" >/dev/null 2>&1 ||
+    "$1/bin/python" -m pip install -q "$2" >>"$1/pip.log" 2>&1 ||
+    echo "setup: $2 did not install into $1 (see $1/pip.log): $3 will skip"
 }
-# numpy: not a torch requirement, but PyTorch's PowerSGD hook (an oracle of the tests) needs it.
-ensure_numpy() {
-  "$venv/bin/python" -c "import numpy" >/dev/null 2>&1 ||
-    "$venv/bin/python" -m pip install -q numpy >>"$venv/pip.log" 2>&1 ||
-    echo "setup: numpy did not install into $venv (see $venv/pip.log): the PowerSGD oracle test will skip"
-}
-if [ "${DPX_TORCH:-}" = "1.13" ]; then
-  exit 0
-fi
-if has_torch; then
-  ensure_numpy
-  ensure_safetensors
-  exit 0
-fi
-echo "setup: installing PyTorch $torch_version from PyPI into $venv (about 2.6 GB to download, 4.4 GB on disk)"
-[ -x "$venv/bin/python" ] || /usr/bin/python3 -m venv "$venv"
-log="$venv/pip.log"
-if ! "$venv/bin/python" -m pip install -q --no-deps "torch==$torch_version.*" >"$log" 2>&1; then
-  echo "setup: PyPI unreachable (see $log): building against Debian's LibTorch 1.13 only"
-  exit 0
-fi
-# torch's own requirements for this platform, less triton.
-mapfile -t deps < <("$venv/bin/python" - <<'PY'
+install_torch() {  # VENV VERSION
+  local venv=$1 version=$2 log="$1/pip.log"
+  if ! has_torch "$venv" "$version"; then
+    echo "setup: installing PyTorch $version from PyPI into $venv (about 2.6 GB to download, 4.4 GB on disk)"
+    [ -x "$venv/bin/python" ] || /usr/bin/python3 -m venv "$venv"
+    if ! "$venv/bin/python" -m pip install -q --no-deps "torch==$version.*" >"$log" 2>&1; then
+      echo "setup: PyPI unreachable (see $log): no LibTorch $version"
+      return 0
+    fi
+    # torch's own requirements for this platform, less triton (torch.compile's GPU compiler).
+    local deps
+    mapfile -t deps < <("$venv/bin/python" - <<'PY'
 from importlib.metadata import requires
 from pip._vendor.packaging.requirements import Requirement
 for r in requires("torch") or []:
@@ -87,10 +80,18 @@ for r in requires("torch") or []:
     print(req)
 PY
 )
-if ! "$venv/bin/python" -m pip install -q "${deps[@]}" >>"$log" 2>&1; then
-  echo "setup: PyPI unreachable (see $log): building against Debian's LibTorch 1.13 only"
-  exit 0
-fi
-has_torch || { echo "setup: PyTorch $torch_version in $venv does not import (see $log)" >&2; exit 1; }
-ensure_numpy
-ensure_safetensors
+    if ! "$venv/bin/python" -m pip install -q "${deps[@]}" >>"$log" 2>&1; then
+      echo "setup: PyPI unreachable (see $log): no LibTorch $version"
+      return 0
+    fi
+    has_torch "$venv" "$version" ||
+      { echo "setup: PyTorch $version in $venv does not import (see $log)" >&2; exit 1; }
+  fi
+  ensure_module "$venv" numpy "the PowerSGD oracle test"
+  ensure_module "$venv" safetensors "the safetensors oracle tests"
+}
+case "${DPX_TORCH:-}" in
+  "") install_torch .venv 2.15; [ "${1:-}" != --tests ] || install_torch .venv-2.11 2.11 ;;
+  2.15) install_torch .venv 2.15 ;;
+  2.11) install_torch .venv-2.11 2.11 ;;
+esac
