@@ -67,6 +67,7 @@ void verify_zip_crcs(const std::string& zip, const std::string& what) {
     if (b.at<uint32_t>(pos) != 0x02014b50) b.fail("bad central directory entry");
     const auto crc = b.at<uint32_t>(pos + 16);
     uint64_t size = b.at<uint32_t>(pos + 20), local = b.at<uint32_t>(pos + 42);
+    uint64_t unpacked = b.at<uint32_t>(pos + 24);
     const auto name_len = b.at<uint16_t>(pos + 28), extra_len = b.at<uint16_t>(pos + 30);
     const auto comment_len = b.at<uint16_t>(pos + 32);
     const std::string name = zip.substr(std::min<uint64_t>(pos + 46, zip.size()), name_len);
@@ -77,7 +78,10 @@ void verify_zip_crcs(const std::string& zip, const std::string& what) {
       const auto id = b.at<uint16_t>(x), len = b.at<uint16_t>(x + 2);
       if (id == 1) {
         uint64_t f = x + 4;
-        if (b.at<uint32_t>(pos + 24) == 0xffffffff) f += 8;  // uncompressed size
+        if (unpacked == 0xffffffff) {
+          unpacked = b.at<uint64_t>(f);
+          f += 8;
+        }
         if (size == 0xffffffff) {
           size = b.at<uint64_t>(f);
           f += 8;
@@ -89,6 +93,11 @@ void verify_zip_crcs(const std::string& zip, const std::string& what) {
     if (b.at<uint32_t>(local) != 0x04034b50) b.fail("bad local header of record " + name);
     const uint64_t data = local + 30 + b.at<uint16_t>(local + 26) + b.at<uint16_t>(local + 28);
     if (data > zip.size() || size > zip.size() - data) b.fail("record " + name + " is truncated");
+    // The reader allocates the uncompressed size: a stored record must declare its own size.
+    if (unpacked != size) {
+      b.fail("record " + name + " declares " + std::to_string(unpacked) + " bytes but stores " +
+             std::to_string(size));
+    }
     const uint32_t got = crc_of(zip.data() + data, size);
     if (crc != 0 && got != crc) {
       std::ostringstream m;
