@@ -21,22 +21,40 @@ const std::array<PickleReader::Handler, 256>& PickleReader::handlers() {
   using R = PickleReader;
   static const auto table = [] {
     const std::pair<char, Handler> ops[] = {
-        {'\x80', &R::op_proto},  {'.', &R::op_stop},   {'(', &R::op_mark},  {'0', &R::op_pop},
-        {'}', &R::op_empty<Node::kDict>},   {']', &R::op_empty<Node::kList>},
-        {')', &R::op_empty<Node::kTuple>},  {'N', &R::op_none},
-        {'\x88', &R::op_bool<true>},        {'\x89', &R::op_bool<false>},
-        {'K', &R::op_binint<uint8_t>},      {'M', &R::op_binint<uint16_t>},
-        {'J', &R::op_binint<int32_t>},      {'\x8a', &R::op_long1},
-        {'G', &R::op_binfloat},             {'X', &R::op_string<uint32_t>},  // BINUNICODE
-        {'T', &R::op_string<uint32_t>},     {'U', &R::op_string<uint8_t>},   // (SHORT_)BINSTRING
-        {'t', &R::op_tuple},                {'\x85', &R::op_tuple_n<1>},
-        {'\x86', &R::op_tuple_n<2>},        {'\x87', &R::op_tuple_n<3>},
-        {'s', &R::op_setitem},              {'u', &R::op_setitems},
-        {'a', &R::op_append},               {'e', &R::op_appends},
-        {'q', &R::op_put<uint8_t>},         {'r', &R::op_put<uint32_t>},     // (LONG_)BINPUT
-        {'h', &R::op_get<uint8_t>},         {'j', &R::op_get<uint32_t>},     // (LONG_)BINGET
-        {'c', &R::op_global},               {'R', &R::op_reduce},
-        {'b', &R::op_build},                {'Q', &R::op_binpersid},
+        {'\x80', &R::op_proto},                   // PROTO
+        {'.', &R::op_stop},                       // STOP
+        {'(', &R::op_mark},                       // MARK
+        {'0', &R::op_pop},                        // POP
+        {'}', &R::op_empty<Node::kDict>},         // EMPTY_DICT
+        {']', &R::op_empty<Node::kList>},         // EMPTY_LIST
+        {')', &R::op_empty<Node::kTuple>},        // EMPTY_TUPLE
+        {'N', &R::op_none},                       // NONE
+        {'\x88', &R::op_bool<true>},              // NEWTRUE
+        {'\x89', &R::op_bool<false>},             // NEWFALSE
+        {'K', &R::op_binint<uint8_t>},            // BININT1
+        {'M', &R::op_binint<uint16_t>},           // BININT2
+        {'J', &R::op_binint<int32_t>},            // BININT
+        {'\x8a', &R::op_long1},                   // LONG1
+        {'G', &R::op_binfloat},                   // BINFLOAT
+        {'X', &R::op_string<uint32_t>},           // BINUNICODE
+        {'T', &R::op_string<uint32_t>},           // BINSTRING
+        {'U', &R::op_string<uint8_t>},            // SHORT_BINSTRING
+        {'t', &R::op_tuple},                      // TUPLE
+        {'\x85', &R::op_tuple_n<1>},              // TUPLE1
+        {'\x86', &R::op_tuple_n<2>},              // TUPLE2
+        {'\x87', &R::op_tuple_n<3>},              // TUPLE3
+        {'s', &R::op_setitem},                    // SETITEM
+        {'u', &R::op_setitems},                   // SETITEMS
+        {'a', &R::op_append},                     // APPEND
+        {'e', &R::op_appends},                    // APPENDS
+        {'q', &R::op_put<uint8_t>},               // BINPUT
+        {'r', &R::op_put<uint32_t>},              // LONG_BINPUT
+        {'h', &R::op_get<uint8_t>},               // BINGET
+        {'j', &R::op_get<uint32_t>},              // LONG_BINGET
+        {'c', &R::op_global},                     // GLOBAL
+        {'R', &R::op_reduce},                     // REDUCE
+        {'b', &R::op_build},                      // BUILD
+        {'Q', &R::op_binpersid},                  // BINPERSID
     };
     std::array<Handler, 256> t{};
     for (const auto& [code, handler] : ops) t[static_cast<uint8_t>(code)] = handler;

@@ -161,6 +161,59 @@ Options parse(int argc, char** argv) {
   return o;
 }
 
+int replay(const std::vector<std::string>& files, const dpx::test::ChildLimits& limits) {
+  int bad = 0;
+  for (const auto& f : files) {
+    const auto r = dpx::test::run_bounded([&](std::string& m) { return load(f, m); }, limits);
+    std::printf("%s: %s\n", f.c_str(), r.describe().c_str());
+    bad += r.exited(0) || r.exited(1) ? 0 : 1;
+  }
+  return bad == 0 ? 0 : 1;
+}
+
+// The oracle's files (values, a model, old-style state dicts) as seeds, when `python` has torch.
+bool add_python_seeds(const std::string& python, const std::string& dir,
+                      std::vector<SeedFile>& seeds) {
+  if (std::system((python + " -c 'import torch' 2>/dev/null").c_str()) != 0) {
+    std::printf("pickle_fuzz: %s cannot import torch: fuzzing dpx's own seeds only\n",
+                python.c_str());
+    return true;
+  }
+  const std::string py = dir + "/python", run = python + " " DPX_SOURCE_DIR
+                                                     "/tests/python/state_dict_oracle.py ";
+  const std::string cmd = "mkdir -p " + py + " && " + run + "write " + py + "/values.pt && " +
+                          run + "write_model " + py + "/model.pt && " + run + "write_old " + py +
+                          " 3";
+  if (std::system(cmd.c_str()) != 0) return false;
+  for (auto& s : dpx::fuzz::seeds_from_dir(py)) seeds.push_back(std::move(s));
+  return true;
+}
+
+struct Tally {
+  std::map<std::string, long> kinds;
+  long loaded = 0, refused = 0, failed = 0;
+  double slowest = 0;
+};
+
+void fuzz_one(long i, Rng& rng, const std::vector<SeedFile>& seeds, const std::string& dir,
+              const Options& options, const dpx::test::ChildLimits& limits, Tally& tally) {
+  const std::string path = dir + "/case.pt";
+  const char* kind = make_file(path, rng, seeds, dir + "/scratch.pt");
+  ++tally.kinds[kind];
+  const auto r = dpx::test::run_bounded([&](std::string& m) { return load(path, m); }, limits);
+  tally.slowest = std::max(tally.slowest, r.seconds);
+  if (r.exited(0) || r.exited(1)) {
+    ++(r.exited(0) ? tally.loaded : tally.refused);
+    return;
+  }
+  ++tally.failed;
+  const std::string kept =
+      (options.keep.empty() ? dir : options.keep) + "/failure-" + std::to_string(i) + ".pt";
+  std::rename(path.c_str(), kept.c_str());
+  std::printf("FAILED file %ld (%s, kept as %s): %s\n", i, kind, kept.c_str(),
+              r.describe().c_str());
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -170,69 +223,27 @@ int main(int argc, char** argv) {
   limits.cpu_seconds = 5;
   limits.wall_seconds = 60;
   limits.extra_address_space = size_t{1} << 30;
-  if (!options.replay.empty()) {
-    int bad = 0;
-    for (const auto& f : options.replay) {
-      const auto r = dpx::test::run_bounded([&](std::string& m) { return load(f, m); }, limits);
-      std::printf("%s: %s\n", f.c_str(), r.describe().c_str());
-      bad += r.exited(0) || r.exited(1) ? 0 : 1;
-    }
-    return bad == 0 ? 0 : 1;
-  }
+  if (!options.replay.empty()) return replay(options.replay, limits);
   char tmpl[] = "/tmp/dpx_pickle_fuzz_XXXXXX";
   const std::string dir = ::mkdtemp(tmpl);
   auto seeds = dpx::fuzz::builtin_seeds(dir);
-  const bool python = !options.python.empty() &&
-                      std::system((options.python + " -c 'import torch' 2>/dev/null").c_str()) == 0;
-  if (!options.python.empty() && !python) {
-    std::printf("pickle_fuzz: %s cannot import torch: fuzzing dpx's own seeds only\n",
-                options.python.c_str());
-  }
-  if (python) {
-    const std::string py = dir + "/python";
-    const std::string oracle = DPX_SOURCE_DIR "/tests/python/state_dict_oracle.py";
-    const std::string cmd = "mkdir -p " + py + " && " + options.python + " " + oracle + " write " +
-                            py + "/values.pt && " + options.python + " " + oracle +
-                            " write_model " + py + "/model.pt && " + options.python + " " +
-                            oracle + " write_old " + py + " 3";
-    if (std::system(cmd.c_str()) != 0) {
-      std::fprintf(stderr, "pickle_fuzz: the oracle (%s) could not write its seeds\n",
-                   options.python.c_str());
-      return 1;
-    }
-    for (auto& s : dpx::fuzz::seeds_from_dir(py)) seeds.push_back(std::move(s));
+  if (!options.python.empty() && !add_python_seeds(options.python, dir, seeds)) {
+    std::fprintf(stderr, "pickle_fuzz: the oracle (%s) could not write its seeds\n",
+                 options.python.c_str());
+    return 1;
   }
   std::printf("pickle_fuzz: %zu seeds, %ld files, seed %llu\n", seeds.size(), options.files,
               static_cast<unsigned long long>(options.seed));
   Rng rng(options.seed);
-  std::map<std::string, long> kinds, outcomes;
-  long failures = 0;
-  double slowest = 0;
+  Tally tally;
   const auto start = std::chrono::steady_clock::now();
-  for (long i = 0; i < options.files; ++i) {
-    const std::string path = dir + "/case.pt";
-    const char* kind = make_file(path, rng, seeds, dir + "/scratch.pt");
-    ++kinds[kind];
-    const auto r = dpx::test::run_bounded([&](std::string& m) { return load(path, m); }, limits);
-    slowest = std::max(slowest, r.seconds);
-    if (r.exited(0) || r.exited(1)) {
-      ++outcomes[r.exited(0) ? "loaded" : "refused"];
-      continue;
-    }
-    ++failures;
-    ++outcomes["failed"];
-    const std::string kept = (options.keep.empty() ? dir : options.keep) + "/failure-" +
-                             std::to_string(i) + ".pt";
-    std::rename(path.c_str(), kept.c_str());
-    std::printf("FAILED file %ld (%s, kept as %s): %s\n", i, kind, kept.c_str(),
-                r.describe().c_str());
-  }
+  for (long i = 0; i < options.files; ++i) fuzz_one(i, rng, seeds, dir, options, limits, tally);
   const double total =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  for (const auto& [k, n] : kinds) std::printf("  %-16s %ld files\n", k.c_str(), n);
+  for (const auto& [k, n] : tally.kinds) std::printf("  %-16s %ld files\n", k.c_str(), n);
   std::printf("pickle_fuzz: %ld files in %.1f s (slowest %.2f s): %ld loaded, %ld refused with "
               "a CheckpointError, %ld crashed, hung, ran out of a limit or threw another error\n",
-              options.files, total, slowest, outcomes["loaded"], outcomes["refused"], failures);
-  if (failures == 0) std::system(("rm -rf " + dir).c_str());
-  return failures == 0 ? 0 : 1;
+              options.files, total, tally.slowest, tally.loaded, tally.refused, tally.failed);
+  if (tally.failed == 0) std::system(("rm -rf " + dir).c_str());
+  return tally.failed == 0 ? 0 : 1;
 }
