@@ -113,14 +113,18 @@ std::vector<std::pair<std::string, at::Tensor>> safetensors_load(const std::stri
                           std::to_string(bytes.size()) + "-byte file)");
   }
   const size_t base = 8 + n;
-  // (data offset, tensor): Python's load_file returns the tensors in the order of their data.
-  std::vector<std::pair<uint64_t, std::pair<std::string, at::Tensor>>> found;
+  // ((begin, end), tensor): Python's load_file returns the tensors in the order of their data
+  // (by begin, then end; ties in the header's order).
+  using Span = std::pair<uint64_t, uint64_t>;
+  std::vector<std::pair<Span, std::pair<std::string, at::Tensor>>> found;
   try {
     const auto header = nlohmann::ordered_json::parse(bytes.begin() + 8, bytes.begin() + base);
     for (const auto& [name, info] : header.items()) {
       if (name == "__metadata__") continue;
-      found.push_back({info.at("data_offsets").at(0).get<uint64_t>(),
-                       {name, read_tensor(name, info, bytes, base, what)}});
+      auto t = read_tensor(name, info, bytes, base, what);  // checks data_offsets
+      const auto& offsets = info.at("data_offsets");
+      found.push_back({{offsets.at(0).get<uint64_t>(), offsets.at(1).get<uint64_t>()},
+                       {name, std::move(t)}});
     }
   } catch (const nlohmann::json::exception& e) {
     throw CheckpointError(what + ": malformed header: " + e.what());

@@ -94,7 +94,8 @@ def save_pickle(data, path):
 
 
 def write_hostile(path):
-    """One of the hostile files, by its name, checked to load in this Python."""
+    """One of the hostile files, by its name, checked to load in this Python's
+    torch.load(weights_only=True)."""
     n = 1_000_000
     raw = {
         # [[[...]]]: a million EMPTY_LISTs, then a million APPENDs (2 MB)
@@ -108,12 +109,14 @@ def write_hostile(path):
     name = path.rsplit("/", 1)[-1]
     if name in raw:
         save_pickle(raw[name](), path)
-    else:  # shared_tuples.pt: 40 levels, each the previous one twice (the pickler's BINGETs)
+    elif name == "shared_tuples.pt":  # 40 levels, each the previous one twice (the pickler's BINGETs)
         t = ()
         for _ in range(40):
             t = (t, t)
         torch.save(t, path)
-    torch.load(path, weights_only=False)
+    else:
+        sys.exit(f"write_hostile: no hostile file is named {name}")
+    torch.load(path, weights_only=True)
 
 
 def write_old(directory, count):

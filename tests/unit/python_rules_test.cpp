@@ -112,6 +112,18 @@ TEST(PythonRulesTest, FilesListKeysInPythonsOrder) {
   const std::string bytes = dpx::test::slurp(dir / "m.safetensors");
   EXPECT_LT(bytes.find("\"0.weight\""), bytes.find("\"1.running_mean\""));
   EXPECT_LT(bytes.find("\"1.num_batches_tracked\""), bytes.find("\"2.weight\""));
+  // A header out of its data's order loads by data (begin, then end; ties in header order), as
+  // safetensors.torch.load_file (0.8) returns it: y, x, w, a.
+  const std::string header =
+      R"({"x":{"dtype":"F32","shape":[1],"data_offsets":[0,4]},)"
+      R"("y":{"dtype":"F32","shape":[0],"data_offsets":[0,0]},)"
+      R"("w":{"dtype":"F32","shape":[0],"data_offsets":[4,4]},)"
+      R"("a":{"dtype":"F32","shape":[0],"data_offsets":[4,4]}})";
+  const uint64_t n = header.size();
+  dpx::test::spit(dir / "other.safetensors",
+                  std::string(reinterpret_cast<const char*>(&n), 8) + header + std::string(4, '\0'));
+  EXPECT_EQ(names(dpx::safetensors_load(dir / "other.safetensors")),
+            (std::vector<std::string>{"y", "x", "w", "a"}));
 }
 
 TEST(PythonRulesTest, OldFilesLoadAsPythonLoadsThem) {
