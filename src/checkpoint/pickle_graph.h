@@ -21,6 +21,7 @@
 #include <ATen/core/ivalue.h>
 
 #include <cstdint>
+#include <deque>
 #include <string>
 #include <vector>
 
@@ -57,7 +58,7 @@ class PickleGraph {
   std::string what_;
   int64_t max_objects_;
   uint64_t key_budget_;
-  std::vector<Node> nodes_;
+  std::deque<Node> nodes_;  // grows without copying: no peak of twice its size
   std::vector<uint8_t> state_;       // per node: 0 unseen, 1 on the walk's path, 2 checked
   std::vector<uint16_t> height_;     // per checked node: containers nested inside, itself included
   std::vector<c10::IValue> values_;  // per converted node

@@ -5,5 +5,5 @@ add_executable(dpx_pickle_fuzz ${PROJECT_SOURCE_DIR}/tests/fuzz/pickle_fuzz.cpp
 target_link_libraries(dpx_pickle_fuzz PRIVATE dpx_test_support)
 set_target_properties(dpx_pickle_fuzz PROPERTIES POSITION_INDEPENDENT_CODE OFF)
 target_precompile_headers(dpx_pickle_fuzz REUSE_FROM dpx_test_support)
-add_test(NAME pickle_fuzz COMMAND dpx_pickle_fuzz --files 1000 --seed 1 --python ${DPX_PYTHON})
+add_test(NAME pickle_fuzz COMMAND dpx_pickle_fuzz --files 500 --seed 1 --python ${DPX_PYTHON})
 set_tests_properties(pickle_fuzz PROPERTIES LABELS "unit" TIMEOUT 240)
