@@ -1,6 +1,7 @@
 #include "checkpoint/pickle_graph.h"
 
 #include <algorithm>
+#include <exception>
 #include <limits>
 #include <unordered_map>
 #include <utility>
@@ -143,11 +144,13 @@ c10::IValue PickleGraph::convert_dict(const Node& node) {
            "dicts, or a tuple key that expands to too many values)");
     }
     key_budget_ -= cost;
-    c10::IValue key_value = convert(k);
-    try {
-      dict.insert_or_assign(std::move(key_value), convert(v));
+    c10::IValue key_value = convert(k), value = convert(v);
+    try {  // only the hashing: a CheckpointError from converting is not caught here
+      dict.insert_or_assign(std::move(key_value), std::move(value));
     } catch (const c10::Error& e) {
       fail(std::string("unhashable dict key: ") + e.what_without_backtrace());
+    } catch (const std::exception& e) {  // LibTorch 1.13 throws std::runtime_error for None
+      fail(std::string("unhashable dict key: ") + e.what());
     }
   }
   return dict;
