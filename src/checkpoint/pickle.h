@@ -9,14 +9,19 @@
 // The reader is restricted like torch.load(weights_only=True): the only globals it resolves are
 // collections.OrderedDict, torch._utils._rebuild_tensor_v2, torch._utils._rebuild_parameter and
 // the torch.<Type>Storage classes; any other global (a __main__ class, os.system) is refused with
-// a CheckpointError before anything is called.
+// a CheckpointError before anything is called. It treats the file as hostile (Note [Pickle graph]
+// in pickle_graph.h): depth, cycles, sharing and size are bounded before any IValue is built.
 #pragma once
 
 #include <ATen/core/ivalue.h>
 
 #include <functional>
+#include <optional>
 #include <string>
+#include <utility>
 #include <vector>
+
+#include "dpx/checkpoint/python_format.h"
 
 namespace dpx::detail {
 
@@ -27,11 +32,20 @@ std::string pickle_dump(const c10::IValue& value, std::vector<at::Tensor>& stora
 // Loads a storage: key and element type -> a 1-D CPU tensor of its elements.
 using StorageLoader = std::function<at::Tensor(const std::string& key, c10::ScalarType dtype)>;
 
+struct Unpickled {
+  c10::IValue value;
+  // The state BUILD gave each dict, as (dict, state): Python's OrderedDict state dicts carry
+  // their modules' versions as a `_metadata` attribute, which an IValue dict cannot hold.
+  std::vector<std::pair<c10::IValue, c10::IValue>> dict_states;
+};
+
 // Unpickles `data`; `what` names the file in errors (CheckpointError).
-c10::IValue pickle_load(const std::string& data, const StorageLoader& load_storage,
-                        const std::string& what);
+Unpickled pickle_load(const std::string& data, const StorageLoader& load_storage,
+                      const std::string& what, const TorchLoadLimits& limits);
 
 // "Float" for kFloat, as in torch.FloatStorage; throws for types torch.save cannot name.
 std::string storage_type_name(c10::ScalarType dtype);
+// The reverse: kFloat for "Float"; nullopt for a name torch.save does not write.
+std::optional<c10::ScalarType> storage_dtype_named(const std::string& name);
 
 }  // namespace dpx::detail

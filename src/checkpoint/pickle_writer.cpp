@@ -156,6 +156,13 @@ std::string storage_type_name(c10::ScalarType dtype) {
   TORCH_CHECK(false, "torch.save writer: no torch storage type for dtype ", dtype);
 }
 
+std::optional<c10::ScalarType> storage_dtype_named(const std::string& name) {
+  for (const auto& s : kStorageNames) {
+    if (s.name == name) return s.dtype;
+  }
+  return std::nullopt;
+}
+
 std::string pickle_dump(const c10::IValue& value, std::vector<at::Tensor>& storages) {
   return Writer(storages).finish(value);
 }

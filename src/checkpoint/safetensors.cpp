@@ -3,6 +3,7 @@
 // the raw little-endian tensor bytes.
 #include <ATen/ATen.h>
 
+#include <algorithm>
 #include <cstring>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -37,7 +38,8 @@ void safetensors_save(const std::vector<std::pair<std::string, at::Tensor>>& ten
                       const std::string& path,
                       const std::vector<std::pair<std::string, std::string>>& metadata,
                       const CheckpointWriteOptions& write) {
-  nlohmann::json header = nlohmann::json::object();
+  // ordered_json: the header lists the tensors in the order given, as their data lies.
+  nlohmann::ordered_json header = nlohmann::ordered_json::object();
   std::vector<at::Tensor> data;
   size_t offset = 0;
   for (const auto& [name, t] : tensors) {
@@ -50,7 +52,7 @@ void safetensors_save(const std::vector<std::pair<std::string, at::Tensor>>& ten
     offset += data.back().nbytes();
   }
   if (!metadata.empty()) {
-    header["__metadata__"] = nlohmann::json::object();
+    header["__metadata__"] = nlohmann::ordered_json::object();
     for (const auto& [k, v] : metadata) header["__metadata__"][k] = v;
   }
   std::string json = header.dump();
@@ -63,6 +65,39 @@ void safetensors_save(const std::vector<std::pair<std::string, at::Tensor>>& ten
   write_file_atomically(path, bytes, write);
 }
 
+namespace {
+
+// One header entry -> its tensor; throws CheckpointError naming `what` and the tensor.
+at::Tensor read_tensor(const std::string& name, const nlohmann::ordered_json& info,
+                       const std::string& bytes, size_t base, const std::string& what) {
+  const std::string dtype_name = info.at("dtype");
+  const auto* d = std::find_if(std::begin(kDtypes), std::end(kDtypes),
+                               [&](const DtypeName& x) { return dtype_name == x.name; });
+  if (d == std::end(kDtypes)) throw CheckpointError(what + ": unsupported dtype " + dtype_name);
+  const auto shape = info.at("shape").get<std::vector<int64_t>>();
+  const auto offsets = info.at("data_offsets").get<std::vector<uint64_t>>();
+  uint64_t nbytes = c10::elementSize(d->dtype);
+  for (const int64_t s : shape) {
+    if (s < 0) throw CheckpointError(what + ": negative shape for " + name);
+    if (__builtin_mul_overflow(nbytes, static_cast<uint64_t>(s), &nbytes) ||
+        nbytes > static_cast<uint64_t>(INT64_MAX)) {
+      throw CheckpointError(what + ": tensor " + name +
+                            " has a shape whose size overflows 64 bits (corrupt header)");
+    }
+  }
+  if (offsets.size() != 2 || offsets[0] > offsets[1] || offsets[1] - offsets[0] != nbytes ||
+      offsets[1] > bytes.size() - base) {
+    throw CheckpointError(what + ": tensor " + name +
+                          " has data_offsets that do not match its shape or reach past the end "
+                          "of the file (truncated?)");
+  }
+  auto t = at::empty(shape, at::TensorOptions(d->dtype));
+  std::memcpy(t.data_ptr(), bytes.data() + base + offsets[0], nbytes);
+  return t;
+}
+
+}  // namespace
+
 std::vector<std::pair<std::string, at::Tensor>> safetensors_load(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   if (!in) throw CheckpointError("safetensors_load: cannot open " + path);
@@ -73,43 +108,33 @@ std::vector<std::pair<std::string, at::Tensor>> safetensors_load(const std::stri
   uint64_t n = 0;
   if (bytes.size() >= 8) std::memcpy(&n, bytes.data(), 8);
   if (bytes.size() < 8 || n > bytes.size() - 8 || n < 2 || bytes[8] != '{') {
-    throw CheckpointError(what +
-                          ": not a safetensors file (truncated, or its 8-byte header "
-                          "length " +
-                          std::to_string(n) + " does not fit the " + std::to_string(bytes.size()) +
-                          "-byte file)");
+    throw CheckpointError(what + ": not a safetensors file (truncated, or its 8-byte header " +
+                          "length " + std::to_string(n) + " does not fit the " +
+                          std::to_string(bytes.size()) + "-byte file)");
   }
   const size_t base = 8 + n;
-  std::vector<std::pair<std::string, at::Tensor>> out;
+  // ((begin, end), tensor): Python's load_file returns the tensors in the order of their data
+  // (by begin, then end; ties in the header's order).
+  using Span = std::pair<uint64_t, uint64_t>;
+  std::vector<std::pair<Span, std::pair<std::string, at::Tensor>>> found;
   try {
-    const auto header = nlohmann::json::parse(bytes.begin() + 8, bytes.begin() + base);
+    const auto header = nlohmann::ordered_json::parse(bytes.begin() + 8, bytes.begin() + base);
     for (const auto& [name, info] : header.items()) {
       if (name == "__metadata__") continue;
-      const std::string dtype_name = info.at("dtype");
-      const auto* d = std::find_if(std::begin(kDtypes), std::end(kDtypes),
-                                   [&](const DtypeName& x) { return dtype_name == x.name; });
-      if (d == std::end(kDtypes)) throw CheckpointError(what + ": unsupported dtype " + dtype_name);
-      const auto shape = info.at("shape").get<std::vector<int64_t>>();
-      const auto offsets = info.at("data_offsets").get<std::vector<uint64_t>>();
-      int64_t numel = 1;
-      for (const int64_t s : shape) {
-        if (s < 0) throw CheckpointError(what + ": negative shape for " + name);
-        numel *= s;
-      }
-      const uint64_t nbytes = numel * c10::elementSize(d->dtype);
-      if (offsets.size() != 2 || offsets[0] > offsets[1] || offsets[1] - offsets[0] != nbytes ||
-          offsets[1] > bytes.size() - base) {
-        throw CheckpointError(what + ": tensor " + name +
-                              " has data_offsets that do not match "
-                              "its shape or reach past the end of the file (truncated?)");
-      }
-      auto t = at::empty(shape, at::TensorOptions(d->dtype));
-      std::memcpy(t.data_ptr(), bytes.data() + base + offsets[0], nbytes);
-      out.emplace_back(name, t);
+      auto t = read_tensor(name, info, bytes, base, what);  // checks data_offsets
+      const auto& offsets = info.at("data_offsets");
+      found.push_back({{offsets.at(0).get<uint64_t>(), offsets.at(1).get<uint64_t>()},
+                       {name, std::move(t)}});
     }
   } catch (const nlohmann::json::exception& e) {
     throw CheckpointError(what + ": malformed header: " + e.what());
+  } catch (const c10::Error& e) {
+    throw CheckpointError(what + ": " + e.what_without_backtrace());
   }
+  std::stable_sort(found.begin(), found.end(),
+                   [](const auto& a, const auto& b) { return a.first < b.first; });
+  std::vector<std::pair<std::string, at::Tensor>> out;
+  for (auto& f : found) out.push_back(std::move(f.second));
   return out;
 }
 

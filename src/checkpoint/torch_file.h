@@ -1,0 +1,13 @@
+// Reading torch.save's zip (torch_file.cpp) with what torch_load drops: the BUILD states of
+// dicts (an OrderedDict state dict's _metadata, for load_state_dict).
+#pragma once
+
+#include <string>
+
+#include "checkpoint/pickle.h"
+
+namespace dpx::detail {
+
+Unpickled read_torch_file(const std::string& path, const TorchLoadLimits& limits);
+
+}  // namespace dpx::detail

@@ -1,0 +1,50 @@
+#include "checkpoint_files.h"
+
+#include <caffe2/serialize/inline_container.h>
+#include <unistd.h>
+
+#include <fstream>
+#include <sstream>
+
+namespace dpx::test {
+
+const std::string kStateDictOracle = DPX_SOURCE_DIR "/tests/python/state_dict_oracle.py";
+const std::string kVenvPython = DPX_SOURCE_DIR "/.venv/bin/python";
+
+bool run_oracle(const std::string& python, const std::string& args) {
+  return std::system(("timeout 120 " + python + " " + kStateDictOracle + " " + args).c_str()) == 0;
+}
+
+bool python_has(const std::string& python, const std::string& module) {
+  return std::system((python + " -c 'import " + module + "' >/dev/null 2>&1").c_str()) == 0;
+}
+
+TempDir::TempDir() {
+  char tmpl[] = "/tmp/dpx_ckpt_XXXXXX";
+  path = ::mkdtemp(tmpl);
+}
+
+TempDir::~TempDir() { std::system(("rm -rf " + path).c_str()); }
+
+std::string slurp(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::ostringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+void spit(const std::string& path, const std::string& data) {
+  std::ofstream(path, std::ios::binary) << data;
+}
+
+void write_zip_with_pickle(const std::string& path, const std::string& pickle) {
+  std::ofstream out(path, std::ios::binary);
+  caffe2::serialize::PyTorchStreamWriter w([&](const void* p, size_t n) {
+    out.write(static_cast<const char*>(p), static_cast<std::streamsize>(n));
+    return n;
+  });
+  w.writeRecord("data.pkl", pickle.data(), pickle.size());
+  w.writeEndOfFile();
+}
+
+}  // namespace dpx::test

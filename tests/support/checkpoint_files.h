@@ -1,0 +1,50 @@
+// Helpers of the tests that read and write checkpoint files: the Python oracle
+// (tests/python/state_dict_oracle.py) of this build, temporary folders, raw files.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <string>
+
+#include "dpx/checkpoint/checkpoint_file.h"
+
+namespace dpx::test {
+
+extern const std::string kStateDictOracle;
+// safetensors' oracle is the .venv Python whatever the build: the format does not depend on torch.
+extern const std::string kVenvPython;
+
+// Runs `python state_dict_oracle.py <args>` (at most 120 s); true when it exits 0.
+bool run_oracle(const std::string& python, const std::string& args);
+// The same with this build's Python (DPX_PYTHON).
+inline bool oracle(const std::string& args) { return run_oracle(DPX_PYTHON, args); }
+bool python_has(const std::string& python, const std::string& module);
+
+struct TempDir {
+  std::string path;
+  TempDir();
+  ~TempDir();
+  std::string operator/(const std::string& name) const { return path + "/" + name; }
+};
+
+std::string slurp(const std::string& path);
+void spit(const std::string& path, const std::string& data);
+
+// A torch.save-shaped zip whose data.pkl is `pickle` (hand-written, e.g. calling os.system).
+void write_zip_with_pickle(const std::string& path, const std::string& pickle);
+
+}  // namespace dpx::test
+
+#define SKIP_WITHOUT(python, module)                  \
+  if (!dpx::test::python_has((python), (module)))     \
+  GTEST_SKIP() << "SKIPPED: " << (python) << " cannot import " << (module) \
+               << ", the oracle of this test"
+
+#define EXPECT_CHECKPOINT_ERROR(stmt, text)                                     \
+  try {                                                                         \
+    stmt;                                                                       \
+    ADD_FAILURE() << #stmt " did not throw";                                    \
+  } catch (const dpx::CheckpointError& e) {                                     \
+    EXPECT_NE(std::string(e.what()).find(text), std::string::npos) << e.what(); \
+  }
