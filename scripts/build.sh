@@ -2,11 +2,13 @@
 # Configures and builds dpx (Ninja, Release, ccache) against one LibTorch:
 #   scripts/build.sh          the newest installed (PyTorch 2.15 in .venv, else Debian's 1.13), in build/
 #   scripts/build.sh 1.13     Debian's LibTorch 1.13, in build-1.13/ (build/ when it is the only one)
+#   scripts/build.sh 2.11 dpx_unit_tests   only the targets named after the version
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 source scripts/torch.sh
 version="${1:-$(torch_versions | head -n1)}"
+targets=("${@:2}")
 [ -n "$version" ] || { echo "build: no LibTorch found (scripts/setup.sh installs one)" >&2; exit 1; }
 dir="$(torch_dir "$version")"
 [ -n "$dir" ] || { echo "build: LibTorch $version is not installed (scripts/setup.sh)" >&2; exit 1; }
@@ -24,4 +26,4 @@ if [ ! -f "$out/build.ninja" ]; then
   mv "$log" "$out/configure.log"
 fi
 echo "build: LibTorch $version in $out/"
-cmake --build "$out" -j "$(nproc)"
+cmake --build "$out" -j "$(nproc)" ${targets[@]:+--target "${targets[@]}"}

@@ -19,13 +19,6 @@ bool python_has(const std::string& python, const std::string& module) {
   return std::system((python + " -c 'import " + module + "' >/dev/null 2>&1").c_str()) == 0;
 }
 
-TempDir::TempDir() {
-  char tmpl[] = "/tmp/dpx_ckpt_XXXXXX";
-  path = ::mkdtemp(tmpl);
-}
-
-TempDir::~TempDir() { std::system(("rm -rf " + path).c_str()); }
-
 std::string slurp(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   std::ostringstream s;

@@ -8,6 +8,7 @@
 #include <string>
 
 #include "dpx/checkpoint/checkpoint_file.h"
+#include "temp_dir.h"
 
 namespace dpx::test {
 
@@ -20,13 +21,6 @@ bool run_oracle(const std::string& python, const std::string& args);
 // The same with this build's Python (DPX_PYTHON).
 inline bool oracle(const std::string& args) { return run_oracle(DPX_PYTHON, args); }
 bool python_has(const std::string& python, const std::string& module);
-
-struct TempDir {
-  std::string path;
-  TempDir();
-  ~TempDir();
-  std::string operator/(const std::string& name) const { return path + "/" + name; }
-};
 
 std::string slurp(const std::string& path);
 void spit(const std::string& path, const std::string& data);

@@ -95,16 +95,6 @@ LaunchResult run_launcher(const std::vector<std::string>& argv, std::chrono::mil
   return l.wait(timeout);
 }
 
-TempDir::TempDir() {
-  char tmpl[] = "/tmp/dpx-launcher-test-XXXXXX";
-  if (mkdtemp(tmpl) == nullptr) throw std::runtime_error("mkdtemp failed");
-  path_ = tmpl;
-}
-
-TempDir::~TempDir() {
-  remove_tree(path_);
-}
-
 std::vector<std::map<std::string, std::string>> read_worker_envs(const std::string& dir) {
   std::vector<std::map<std::string, std::string>> out;
   for (const auto& name : list_dir(dir)) {

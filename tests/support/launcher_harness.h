@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "dpx/runtime/files.h"
+#include "temp_dir.h"
 
 namespace dpx::test {
 
@@ -56,17 +57,6 @@ class Launch {
 LaunchResult run_launcher(const std::vector<std::string>& argv,
                           std::chrono::milliseconds timeout = std::chrono::seconds(60),
                           LaunchOptions options = {});
-
-// A directory removed (recursively) at scope exit.
-class TempDir {
- public:
-  TempDir();
-  ~TempDir();
-  const std::string& path() const { return path_; }
-
- private:
-  std::string path_;
-};
 
 // The env_* files test_worker's `record` writes: one map per worker start.
 std::vector<std::map<std::string, std::string>> read_worker_envs(const std::string& dir);

@@ -271,7 +271,7 @@ TEST(PythonFormatTest, CheckpointerTorchSaveFormatRoundTripsAndPythonLoadsIt) {
     adam.step();
   }
   dpx::CheckpointerOptions options;
-  options.directory = dir.path;
+  options.directory = dir.path();
   options.format = dpx::CheckpointFormat::kTorchSave;
   dpx::Checkpointer checkpointer(options, nullptr);
   const auto path = checkpointer.save(*model, adam, {1, 3, 24});

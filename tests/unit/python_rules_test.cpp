@@ -129,7 +129,7 @@ TEST(PythonRulesTest, FilesListKeysInPythonsOrder) {
 TEST(PythonRulesTest, OldFilesLoadAsPythonLoadsThem) {
   SKIP_WITHOUT(DPX_PYTHON, "torch");
   TempDir dir;
-  ASSERT_TRUE(dpx::test::oracle("write_old " + dir.path + " 0"));
+  ASSERT_TRUE(dpx::test::oracle("write_old " + dir.path() + " 0"));
   for (const char* name : {"old", "meta_missing", "meta_v1"}) expect_as_python(dir, name, 0);
 }
 
@@ -138,7 +138,7 @@ TEST(PythonRulesTest, OldFilesLoadAsPythonLoadsThem) {
 TEST(PythonRulesTest, MissingNumBatchesTrackedKeepsTheLayersValueAsPyTorch2) {
   SKIP_WITHOUT(dpx::test::kVenvPython, "torch");
   TempDir dir;
-  ASSERT_TRUE(dpx::test::run_oracle(dpx::test::kVenvPython, "write_old " + dir.path + " 7"));
+  ASSERT_TRUE(dpx::test::run_oracle(dpx::test::kVenvPython, "write_old " + dir.path() + " 7"));
   for (const char* name : {"old", "meta_missing", "meta_v1"}) expect_as_python(dir, name, 7);
 }
 
