@@ -91,12 +91,7 @@ TEST(DdpCuda, TwoRanksSharingAGpuFromASideStreamMatchOneProcess) {
 TEST(DdpCuda, TwoRanksOnTwoGpusOverNcclMatchOneProcess) {
   if (test::gpus_seen_by_a_child() < 2) GTEST_SKIP() << "fewer than 2 CUDA devices";
   if (!cuda::built()) GTEST_SKIP() << "dpx built without CUDA (DPX_CUDA)";
-  test::StoreServer server;
-  test::expect_all_ok(test::run_processes(2, [&](int rank) {
-    const at::Device device(at::kCUDA, static_cast<at::DeviceIndex>(rank));
-    ProcessGroup::Options o;
-    o.device = device;
-    auto pg = new_process_group("auto", server.client(), rank, 2, o);
+  test::on_two_gpus([](int rank, std::shared_ptr<ProcessGroup> pg, at::Device device) {
     ASSERT_EQ(pg->backend(), "nccl");
     auto batches = test::make_batches(kSteps, 2, kPerRank, {16});
     auto net = mlp_on(device), ref = mlp_on(device);
@@ -109,7 +104,7 @@ TEST(DdpCuda, TwoRanksOnTwoGpusOverNcclMatchOneProcess) {
     EXPECT_GT(stats.avg_backward_comm_ms, 0);
     EXPECT_GT(stats.backward_compute_ms, 0);
     EXPECT_GE(stats.avg_overlap_ms, 0);
-  }));
+  });
 }
 
 // Every thread of a rank on cuda:1 works there (Note [Thread devices]): after DDP steps over
@@ -118,13 +113,9 @@ TEST(DdpCuda, TwoRanksOnTwoGpusOverNcclMatchOneProcess) {
 TEST(DdpCuda, ARankOnTheSecondGpuMakesNoContextOnTheFirst) {
   if (test::gpus_seen_by_a_child() < 2) GTEST_SKIP() << "fewer than 2 CUDA devices";
   if (!cuda::built()) GTEST_SKIP() << "dpx built without CUDA (DPX_CUDA)";
-  test::StoreServer server;
-  test::expect_all_ok(test::run_processes(2, [&](int rank) {
-    const at::Device device(at::kCUDA, static_cast<at::DeviceIndex>(rank));
-    ProcessGroup::Options o;
-    o.device = device;
-    o.stall_threshold = std::chrono::milliseconds(40);
-    auto pg = new_process_group("nccl", server.client(), rank, 2, o);
+  constexpr std::chrono::milliseconds kStallThreshold(40);  // a poll every 10 ms
+  test::on_two_gpus([](int rank, std::shared_ptr<ProcessGroup> pg, at::Device device) {
+    ASSERT_EQ(pg->backend(), "nccl");
     auto batches = test::make_batches(kSteps, 2, kPerRank, {16});
     auto net = mlp_on(device);
     DistributedDataParallel ddp(net, pg);
@@ -135,7 +126,7 @@ TEST(DdpCuda, ARankOnTheSecondGpuMakesNoContextOnTheFirst) {
     ASSERT_TRUE(first.has_value()) << "the driver did not say";
     EXPECT_EQ(*first, rank == 0) << "rank " << rank << " has a CUDA context on GPU 0";
     EXPECT_TRUE(test::has_cuda_context(rank).value_or(false));
-  }));
+  }, kStallThreshold);
 }
 
 // Each option DDP has on CPU, on two ranks that share cuda:0. The compressing hooks round each
