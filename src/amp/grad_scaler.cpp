@@ -3,16 +3,56 @@
 #include <ATen/ATen.h>
 #include <c10/util/Exception.h>
 
+#include <algorithm>
 #include <cmath>
+
+#include "runtime/compat/amp.h"
 
 namespace dpx {
 namespace {
 
-// 1 when any of `grads` holds an inf or nan, else 0 (float, on the gradients' device: no sync).
-at::Tensor any_non_finite(const std::vector<at::Tensor>& grads, const at::Tensor& zero) {
-  at::Tensor found = zero;
-  for (const auto& g : grads) found = at::maximum(found, at::logical_not(g.isfinite().all()));
-  return found.to(at::kFloat);
+// The gradients of one device and dtype, unscaled together.
+struct GradGroup {
+  at::Device device;
+  at::ScalarType dtype;
+  std::vector<at::Tensor> grads;
+};
+
+// `optimizer`'s gradients (a sparse one's values) grouped by device, then dtype, in the order
+// they first appear.
+std::vector<GradGroup> grads_by_device_and_dtype(torch::optim::Optimizer& optimizer) {
+  std::vector<GradGroup> groups;
+  for (const auto& group : optimizer.param_groups()) {
+    for (const auto& p : group.params()) {
+      at::Tensor g = p.grad();
+      if (!g.defined()) continue;
+      TORCH_CHECK(g.scalar_type() != at::kHalf, "Attempting to unscale FP16 gradients.");
+      if (g.is_sparse()) g = g._values();
+      auto same = [&](const GradGroup& gg) {
+        return gg.device == g.device() && gg.dtype == g.scalar_type();
+      };
+      auto it = std::find_if(groups.begin(), groups.end(), same);
+      if (it == groups.end()) {
+        groups.push_back(GradGroup{g.device(), g.scalar_type(), {}});
+        it = std::prev(groups.end());
+      }
+      it->grads.push_back(g);
+    }
+  }
+  return groups;
+}
+
+// `t` on `device`, without a host wait where the device's stream orders the copy. Not to the
+// CPU: a non-blocking copy from a GPU lands after the host has gone on to read it.
+at::Tensor on(const at::Tensor& t, at::Device device) {
+  return t.to(device, /*non_blocking=*/device.is_cuda());
+}
+
+// The sum of the flags, as one float tensor on `device` (zero when there are none).
+at::Tensor combined(const std::vector<at::Tensor>& flags, at::Device device) {
+  at::Tensor total = at::zeros({}, at::TensorOptions().dtype(at::kFloat).device(device));
+  for (const auto& f : flags) total.add_(on(f, device));
+  return total;
 }
 
 }  // namespace
@@ -54,26 +94,28 @@ void GradScaler::unscale_(torch::optim::Optimizer& optimizer) {
   TORCH_CHECK(state.stage != Stage::kUnscaled,
               "unscale_() has already been called on this optimizer since the last update().");
   TORCH_CHECK(state.stage != Stage::kStepped, "unscale_() is being called after step().");
-  // As PyTorch: the reciprocal in double, rounded to float, then one float multiply per value.
+  // As PyTorch: the reciprocal in double, rounded to float; then per device a found-inf flag,
+  // and one fused check-and-unscale per dtype (Note [Unscaling per device]).
   const auto inv_scale = scale_.to(at::kDouble).reciprocal().to(at::kFloat);
-  std::vector<at::Tensor> grads;
-  for (const auto& group : optimizer.param_groups()) {
-    for (const auto& p : group.params()) {
-      at::Tensor g = p.grad();
-      if (!g.defined()) continue;
-      TORCH_CHECK(g.scalar_type() != at::kHalf, "Attempting to unscale FP16 gradients.");
-      if (g.is_sparse()) g = g._values();
-      g.mul_(inv_scale.to(g.device()));
-      grads.push_back(g);
+  std::vector<at::Tensor> found_per_device;
+  for (auto& group : grads_by_device_and_dtype(optimizer)) {
+    at::Tensor* found = nullptr;
+    for (auto& f : found_per_device) {
+      if (f.device() == group.device) found = &f;
     }
+    if (found == nullptr) {
+      found_per_device.push_back(
+          at::zeros({}, at::TensorOptions().dtype(at::kFloat).device(group.device)));
+      found = &found_per_device.back();
+    }
+    compat::non_finite_check_and_unscale_(group.grads, *found, on(inv_scale, group.device));
   }
-  at::Tensor found = any_non_finite(grads, at::zeros({}, scale_.options().dtype(at::kBool)));
-  if (group_) {  // Note [GradScaler across ranks]
-    auto flag = found.reshape({1}).to(group_->options().device).clone();
+  if (group_) {  // Note [GradScaler across ranks]: one flag, from every rank's devices
+    auto flag = combined(found_per_device, group_->options().device).reshape({1});
     group_->allreduce(flag, {ReduceOp::kMax})->synchronize();
-    found = flag.reshape({}).to(found.device());
+    found_per_device = {flag.reshape({})};
   }
-  state.found_inf = found;
+  state.found_inf_per_device = std::move(found_per_device);
   state.stage = Stage::kUnscaled;
 }
 
@@ -87,7 +129,11 @@ bool GradScaler::step(torch::optim::Optimizer& optimizer) {
               "step() has already been called since the last update().");
   if (per_optimizer_[&optimizer].stage == Stage::kReady) unscale_(optimizer);
   PerOptimizer& state = per_optimizer_[&optimizer];
-  const bool stepped = state.found_inf.item<float>() == 0.0f;
+  TORCH_CHECK(!state.found_inf_per_device.empty(),
+              "No inf checks were recorded for this optimizer.");  // it has no gradients
+  float found = 0.0f;  // as PyTorch: the sum of the devices' flags, read on the host
+  for (const auto& f : state.found_inf_per_device) found += f.item<float>();
+  const bool stepped = found == 0.0f;
   if (stepped) optimizer.step();
   state.stage = Stage::kStepped;
   return stepped;
@@ -96,13 +142,13 @@ bool GradScaler::step(torch::optim::Optimizer& optimizer) {
 void GradScaler::update() {
   if (!options_.enabled) return;
   check_started("update");
-  bool found = false, recorded = false;
+  std::vector<at::Tensor> flags;
   for (const auto& [opt, state] : per_optimizer_) {
-    if (!state.found_inf.defined()) continue;
-    recorded = true;
-    found = found || state.found_inf.item<float>() != 0.0f;
+    flags.insert(flags.end(), state.found_inf_per_device.begin(),
+                 state.found_inf_per_device.end());
   }
-  TORCH_CHECK(recorded, "No inf checks were recorded prior to update.");
+  TORCH_CHECK(!flags.empty(), "No inf checks were recorded prior to update.");
+  const bool found = combined(flags, scale_.device()).item<float>() != 0.0f;
   // As PyTorch's _amp_update_scale_: float scale times double factor, rounded to float; a
   // growth that would overflow to inf keeps the old scale.
   const float current = scale_.item<float>();

@@ -15,6 +15,7 @@
 #include "dpx/store/errors.h"
 #include "dpx/runtime/cuda.h"
 #include "checkpoint/torch_checkpoint.h"
+#include "runtime/cuda/rng_state.h"
 #include "comm/control.h"
 
 namespace dpx {
@@ -86,6 +87,7 @@ std::string serialize(const torch::nn::Module& model, const torch::optim::Optimi
     std::lock_guard<std::mutex> lock(gen.mutex());
     archive.write("rng_cpu", gen.get_state());
   }
+  archive.write("rng_cuda", c10::List<at::Tensor>(detail::cuda_rng_states()));
   std::ostringstream out;
   archive.save_to(out);
   return out.str();
@@ -110,9 +112,15 @@ TrainingProgress deserialize(const std::string& payload, torch::nn::Module& mode
   progress.sampler_position = read_scalar(archive, "sampler_position");
   torch::Tensor rng;
   archive.read("rng_cpu", rng);
-  auto gen = at::detail::getDefaultCPUGenerator();
-  std::lock_guard<std::mutex> lock(gen.mutex());
-  gen.set_state(rng.cpu());  // a map_location may have moved it
+  {
+    auto gen = at::detail::getDefaultCPUGenerator();
+    std::lock_guard<std::mutex> lock(gen.mutex());
+    gen.set_state(rng.cpu());  // a map_location may have moved it
+  }
+  c10::IValue rng_cuda;  // absent from checkpoints of dpx before it kept them
+  if (archive.try_read("rng_cuda", rng_cuda)) {
+    detail::set_cuda_rng_states(rng_cuda.toTensorVector());  // Note [CUDA random state]
+  }
   return progress;
 }
 

@@ -4,6 +4,7 @@
 #include <torch/torch.h>
 
 #include "checkpoint/optimizer_state.h"
+#include "runtime/cuda/rng_state.h"
 #include "dpx/checkpoint/python_format.h"
 
 namespace dpx::detail {
@@ -24,6 +25,7 @@ void save_torch_checkpoint(const std::string& path, const torch::nn::Module& mod
     std::lock_guard<std::mutex> lock(gen.mutex());
     d.insert("rng_cpu", gen.get_state());
   }
+  d.insert("rng_cuda", c10::List<at::Tensor>(cuda_rng_states()));  // Note [CUDA random state]
   torch_save(d, path, write);
 }
 
@@ -54,9 +56,17 @@ TrainingProgress load_torch_checkpoint(const c10::IValue& checkpoint, const std:
     progress.epoch = d.at("epoch").toInt();
     progress.step = d.at("step").toInt();
     progress.sampler_position = d.at("sampler_position").toInt();
-    auto gen = at::detail::getDefaultCPUGenerator();
-    std::lock_guard<std::mutex> lock(gen.mutex());
-    gen.set_state(d.at("rng_cpu").toTensor());
+    {
+      auto gen = at::detail::getDefaultCPUGenerator();
+      std::lock_guard<std::mutex> lock(gen.mutex());
+      gen.set_state(d.at("rng_cpu").toTensor());
+    }
+    // Absent from files of dpx before it kept them, and from files others wrote.
+    if (d.contains("rng_cuda")) {
+      std::vector<at::Tensor> states;
+      for (const auto& state : d.at("rng_cuda").toListRef()) states.push_back(state.toTensor());
+      set_cuda_rng_states(states);
+    }
     return progress;
   } catch (const c10::Error& e) {
     throw CheckpointError("checkpoint " + path + ": " + e.what_without_backtrace());

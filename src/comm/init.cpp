@@ -133,6 +133,9 @@ std::shared_ptr<ProcessGroup> new_group(detail::Backend backend, std::shared_ptr
   check_rank(rank, size);
   detail::BackendArgs args{store, rank, size, options};
   args.options.device = cuda::local_device(args.options.device);  // "cuda": LOCAL_RANK's GPU
+  // The rank's GPU is current from here on (this thread): NCCL's communicator, c10d's streams
+  // and any CUDA call without a device land on it, not on GPU 0 (Note [Thread devices]).
+  cuda::set_current_device(args.options.device);
   auto group = detail::make_group(backend, args);
   group->start_stall_inspector(std::move(store));
   return group;
@@ -154,10 +157,7 @@ std::shared_ptr<ProcessGroup> init_process_group(InitOptions opts) {
   auto store = Store::prefix(opts.group_name, r.store);
   ProcessGroup::Options pg;
   pg.timeout = opts.timeout;
-  pg.device = cuda::local_device(opts.device);  // "cuda": LOCAL_RANK's GPU
-  // The rank's GPU is current from here on (this thread): NCCL's communicator, c10d's streams
-  // and any CUDA call without a device land on it, not on GPU 0.
-  cuda::set_current_device(pg.device);
+  pg.device = cuda::local_device(opts.device);  // before connecting; new_group makes it current
   auto group = new_group(backend, store, r.rank, r.world_size, pg);
   // Note [Timeline clocks] in src/observe/timeline/clock.cpp: every rank of the group takes part.
   if (timeline::start_from_env(r.rank)) timeline::align_clock(*store, r.rank, r.world_size);

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "dpx/runtime/cuda.h"
 #include "dpx/store/errors.h"
 
 namespace dpx::detail {
@@ -68,8 +69,9 @@ class Issuer::IssuedWork : public Work {
   std::exception_ptr error_;
 };
 
-Issuer::Issuer(std::chrono::milliseconds timeout, std::string where, std::string name)
-    : timeout_(timeout), where_(std::move(where)), name_(std::move(name)),
+Issuer::Issuer(std::chrono::milliseconds timeout, std::string where, std::string name,
+               at::Device device)
+    : timeout_(timeout), where_(std::move(where)), name_(std::move(name)), device_(device),
       thread_([this] { run(); }) {}
 
 Issuer::~Issuer() {
@@ -92,6 +94,12 @@ std::shared_ptr<Work> Issuer::submit(Launch launch) {
 }
 
 void Issuer::run() {
+  std::exception_ptr no_device;  // every collective fails with it
+  try {
+    cuda::set_current_device(device_);  // Note [Thread devices]
+  } catch (...) {
+    no_device = std::current_exception();
+  }
   for (;;) {
     Task task;
     {
@@ -100,6 +108,10 @@ void Issuer::run() {
       if (queue_.empty()) return;  // stopped, and nothing left to issue
       task = std::move(queue_.front());
       queue_.pop_front();
+    }
+    if (no_device) {
+      task.work->finish(nullptr, no_device);
+      continue;
     }
     try {
       auto launched = task.launch();

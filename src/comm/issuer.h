@@ -12,6 +12,8 @@
 // (tests/multiproc/gloo_errors_test.cpp), not after another timeout.
 #pragma once
 
+#include <c10/core/Device.h>
+
 #include <chrono>
 #include <condition_variable>
 #include <deque>
@@ -30,8 +32,11 @@ class Issuer {
   // Runs on the issuer thread; returns the Work of what it launched, or throws.
   using Launch = std::function<std::shared_ptr<Work>()>;
 
-  // `name` starts its timeout message: the backend whose collectives it issues.
-  Issuer(std::chrono::milliseconds timeout, std::string where, std::string name = "gloo");
+  // `name` starts its timeout message: the backend whose collectives it issues. `device` is
+  // the group's: the thread makes it current before it issues anything (Note [Thread devices]
+  // in runtime/cuda/device.h).
+  Issuer(std::chrono::milliseconds timeout, std::string where, std::string name = "gloo",
+         at::Device device = at::kCPU);
   // Issues what is still queued (each check ends within the timeout), then joins.
   ~Issuer();
   Issuer(const Issuer&) = delete;
@@ -52,6 +57,7 @@ class Issuer {
   std::chrono::milliseconds timeout_;
   std::string where_;
   std::string name_;
+  at::Device device_;
   std::mutex mutex_;
   std::condition_variable cv_;
   std::deque<Task> queue_;

@@ -47,8 +47,10 @@ void ProcessGroup::start_stall_inspector(std::shared_ptr<Store> store) {
   if (size_ == 1 || threshold.count() == 0 || inspector_) return;
   inspector_ = std::make_unique<detail::StallInspector>(
       std::move(store), rank_, size_, where_, threshold, options_.timeout,
-      [](void* work) { return static_cast<Work*>(work)->is_completed(); });
+      [](void* work) { return static_cast<Work*>(work)->is_completed(); }, options_.device);
 }
+
+void ProcessGroup::stop_stall_inspector() { inspector_.reset(); }
 
 // Note [Stall inspector] step 1, for every backend.
 std::shared_ptr<Work> ProcessGroup::track(const char* op, const at::Tensor& t,

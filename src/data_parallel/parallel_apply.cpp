@@ -3,6 +3,8 @@
 #include <omp.h>
 
 #include <ATen/ThreadLocalState.h>
+#include <c10/core/StreamGuard.h>
+#include <c10/core/impl/DeviceGuardImplInterface.h>
 #include <c10/util/Type.h>
 
 #include <algorithm>
@@ -34,6 +36,18 @@ std::string replica_message(int64_t replica, torch::Device device, std::exceptio
 }
 
 thread_local const detail::ReplicaThreads* current_threads = nullptr;
+
+// The calling thread's current stream on each device; none for the CPU.
+std::vector<c10::optional<c10::Stream>> current_streams(
+    const std::vector<torch::Device>& devices) {
+  std::vector<c10::optional<c10::Stream>> streams(devices.size());
+  for (size_t i = 0; i < devices.size(); ++i) {
+    if (!devices[i].is_cpu()) {
+      streams[i] = c10::impl::getDeviceGuardImpl(devices[i].type())->getStream(devices[i]);
+    }
+  }
+  return streams;
+}
 
 }  // namespace
 
@@ -115,6 +129,7 @@ void ReplicaThreads::run(const std::vector<torch::Device>& devices,
   }
 
   const at::ThreadLocalState state;
+  const auto streams = current_streams(devices);  // Note [Replica streams]
   ScopedBlasThreads blas(static_cast<int>(threads_per_replica_));  // Note [BLAS threads]
   std::mutex done_mutex;
   std::condition_variable done;
@@ -127,10 +142,11 @@ void ReplicaThreads::run(const std::vector<torch::Device>& devices,
       w.job = [&, i] {
         try {
           at::ThreadLocalStateGuard tls(state);
-          // The replica's device is current in its thread, as in PyTorch; nothing to set on CPU.
-          c10::OptionalDeviceGuard device_guard;
-          if (!devices[i].is_cpu()) {
-            device_guard.reset_device(devices[i]);
+          // The replica's device and the caller's stream on it are current in its thread, as
+          // in PyTorch; nothing to set on CPU.
+          c10::OptionalStreamGuard stream_guard;
+          if (streams[i]) {
+            stream_guard.reset_stream(*streams[i]);
           }
           task(i);
         } catch (...) {

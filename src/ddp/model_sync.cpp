@@ -21,7 +21,9 @@ void broadcast_group(ProcessGroup& pg, const std::vector<at::Tensor>& group, int
   std::vector<at::Tensor> flat;
   for (const auto& t : group) flat.push_back(t.detach().reshape({-1}));
   auto buffer = at::cat(flat);
-  pg.broadcast(buffer, {root})->wait();
+  // Stream-ordered, as PyTorch's: the copies below queue after the broadcast on the current
+  // stream, and the host waits only where the group has no device (Work::synchronize).
+  pg.broadcast(buffer, {root})->synchronize();
   std::int64_t offset = 0;
   for (const auto& t : group) {
     t.detach().copy_(buffer.narrow(0, offset, t.numel()).view(t.sizes()));

@@ -19,7 +19,9 @@ constexpr std::int64_t kBroadcastChunkBytes = 250 * 1024 * 1024;
 void verify_params_across_ranks(ProcessGroup& pg, const std::vector<at::Tensor>& params);
 
 // Overwrites `tensors` with root's, flattening same-dtype runs into chunks of up to
-// kBroadcastChunkBytes so that a model costs a few collectives, not one per tensor.
+// kBroadcastChunkBytes so that a model costs a few collectives, not one per tensor. On a device
+// group the host does not wait for the broadcasts (Work::synchronize): what the calling thread
+// queues next on its current stream sees root's values.
 void broadcast_coalesced(ProcessGroup& pg, const std::vector<at::Tensor>& tensors, int root = 0,
                          std::int64_t chunk_bytes = kBroadcastChunkBytes);
 

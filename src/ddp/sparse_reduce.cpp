@@ -64,8 +64,8 @@ at::Tensor gather_entries(ProcessGroup& pg, const at::Tensor& local, const at::T
   auto all_values = at::empty({world * values.numel()}, values.options());
   auto indices_work = pg.allgather(all_indices, indices.reshape({-1}));
   auto values_work = pg.allgather(all_values, values.reshape({-1}));
-  indices_work->wait();
-  values_work->wait();
+  indices_work->synchronize();  // stream-ordered: the cat and coalesce below queue after them
+  values_work->synchronize();
   std::vector<at::Tensor> rank_indices, rank_values;
   for (int r = 0; r < world; ++r) {
     const auto n = layout.nnz[r];

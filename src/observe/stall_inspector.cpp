@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <sstream>
 
+#include "dpx/runtime/cuda.h"
 #include "runtime/env_read.h"
 
 namespace dpx::detail {
@@ -57,7 +58,8 @@ std::chrono::milliseconds stall_threshold(std::optional<std::chrono::millisecond
 
 StallInspector::StallInspector(std::shared_ptr<Store> store, int rank, int size,
                                std::string where, std::chrono::milliseconds threshold,
-                               std::chrono::milliseconds timeout, IsCompleted is_completed)
+                               std::chrono::milliseconds timeout, IsCompleted is_completed,
+                               at::Device device)
     : store_(std::move(store)),
       rank_(rank),
       size_(size),
@@ -65,7 +67,8 @@ StallInspector::StallInspector(std::shared_ptr<Store> store, int rank, int size,
       threshold_(threshold),
       timeout_(timeout),
       tick_(std::clamp(threshold / 4, kMinTick, kMaxTick)),
-      is_completed_(is_completed) {
+      is_completed_(is_completed),
+      device_(device) {
   thread_ = std::thread([this] { run(); });
 }
 
@@ -105,6 +108,11 @@ std::string StallInspector::describe(const Pending& p) {
 }
 
 void StallInspector::run() {
+  try {
+    cuda::set_current_device(device_);  // Note [Thread devices]
+  } catch (const std::exception&) {
+    return;  // polling from another device would make a context there; the group reports faults
+  }
   std::unique_lock<std::mutex> lock(mutex_);
   while (!cv_.wait_for(lock, tick_, [&] { return stop_; })) {
     pending_.erase(std::remove_if(pending_.begin(), pending_.end(),

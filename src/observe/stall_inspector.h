@@ -42,9 +42,11 @@ class StallInspector {
   // below comm and knows no Work: the process group that starts it says how to ask.
   using IsCompleted = bool (*)(void* work);
 
+  // `device` is the group's: the inspector's thread makes it current before it asks anything
+  // (Note [Thread devices] in runtime/cuda/device.h).
   StallInspector(std::shared_ptr<Store> store, int rank, int size, std::string where,
                  std::chrono::milliseconds threshold, std::chrono::milliseconds timeout,
-                 IsCompleted is_completed);
+                 IsCompleted is_completed, at::Device device);
   ~StallInspector();
   StallInspector(const StallInspector&) = delete;
   StallInspector& operator=(const StallInspector&) = delete;
@@ -75,6 +77,7 @@ class StallInspector {
   std::chrono::milliseconds timeout_;
   std::chrono::milliseconds tick_;
   IsCompleted is_completed_;
+  at::Device device_;
 
   std::mutex mutex_;
   std::condition_variable cv_;

@@ -5,6 +5,9 @@
 
 #include <torch/torch.h>
 
+#include <chrono>
+#include <optional>
+
 #include "ddp_models.h"
 #include "dpx/dpx.h"
 #include "harness.h"
@@ -27,6 +30,21 @@ void on_two_gpu_ranks(Body body) {
     const at::Device device("cuda:0");
     ProcessGroup::Options o;
     o.device = device;
+    body(rank, new_process_group("auto", server.client(), rank, 2, o), device);
+  }));
+}
+
+// Two ranks on cuda:0 and cuda:1 (auto: nccl), each in a process of its own; `stall_threshold`
+// is the group's (unset: the default).
+template <typename Body>
+void on_two_gpus(Body body,
+                 std::optional<std::chrono::milliseconds> stall_threshold = std::nullopt) {
+  StoreServer server;
+  expect_all_ok(run_processes(2, [&](int rank) {
+    const at::Device device(at::kCUDA, static_cast<at::DeviceIndex>(rank));
+    ProcessGroup::Options o;
+    o.device = device;
+    o.stall_threshold = stall_threshold;
     body(rank, new_process_group("auto", server.client(), rank, 2, o), device);
   }));
 }

@@ -1,9 +1,14 @@
-// DDP on CUDA modules: one rank over nccl against plain LibTorch, and two processes sharing one
-// GPU (the staged shm backend) against one process on the whole batch. Skipped without a GPU.
+// DDP on CUDA modules: one rank over nccl with its reduction forced, against plain LibTorch;
+// two processes sharing one GPU (the staged shm backend) against one process on the whole
+// batch; both also called from a non-default stream. Skipped without a GPU.
 // The parent never touches CUDA (a forked child could not use it then): a child counts GPUs.
 #include <torch/torch.h>
 
+#include <thread>
+
+#include "cuda_contexts.h"
 #include "cuda_ranks.h"
+#include "side_stream.h"
 
 namespace dpx {
 namespace {
@@ -15,22 +20,35 @@ using test::on_two_gpu_ranks;
 constexpr int kSteps = 4;
 constexpr int kPerRank = 8;
 
-// `steps` SGD steps of `net` on the batches (sliced for `rank` of `world`).
+// `steps` SGD steps of `net` on the batches (sliced for `rank` of `world`). `late`: each input
+// arrives on the current stream after tens of milliseconds of queued work (test::arrives_late).
 template <typename Net>
 void train(Net& net, std::vector<torch::Tensor> params, const std::vector<test::Batch>& batches,
-           int rank, int world, at::Device device) {
+           int rank, int world, at::Device device, bool late = false) {
   torch::optim::SGD opt(params, torch::optim::SGDOptions(0.1));
   for (const auto& b : batches) {
     auto part = test::slice(b, rank, world);
     opt.zero_grad();
-    auto loss = torch::nn::functional::cross_entropy(net->forward(part.x.to(device)),
-                                                     part.y.to(device));
+    auto x = late ? test::arrives_late(part.x, device) : part.x.to(device);
+    auto loss = torch::nn::functional::cross_entropy(net->forward(x), part.y.to(device));
     loss.backward();
     opt.step();
   }
 }
 
-TEST(DdpCuda, OneRankOverNcclSameAsPlainLibTorch) {
+// A comm hook that reduces out of place: the bucket all-gathered over the group (a sum over one
+// rank), so the gradients reach .grad only through the collective's output.
+std::shared_ptr<Future> gather_hook(std::any&, GradBucket& bucket) {
+  auto out = at::empty_like(bucket.buffer);
+  auto work = bucket.process_group->allgather(out, bucket.buffer);
+  return Future::from_work(std::move(work), out);
+}
+
+// One rank over nccl with its reduction forced (without a hook, one rank reduces nothing),
+// called from a non-default stream whose inputs arrive late: the buckets, the collectives and
+// the write-back must all follow that stream, or the gradients are NaN or stale. Against plain
+// LibTorch on the same stream.
+TEST(DdpCuda, OneRankOverNcclReducesInStreamOrderFromASideStream) {
   if (test::gpus_seen_by_a_child() == 0) GTEST_SKIP() << "no CUDA device";
   if (!cuda::built()) GTEST_SKIP() << "dpx built without CUDA (DPX_CUDA)";
   test::expect_all_ok(test::run_processes(1, [](int) {
@@ -42,10 +60,30 @@ TEST(DdpCuda, OneRankOverNcclSameAsPlainLibTorch) {
     auto batches = test::make_batches(kSteps, 1, kPerRank, {16});
     auto net = mlp_on(device), ref = mlp_on(device);
     DistributedDataParallel ddp(net, pg);
-    train(ddp, ddp->parameters(), batches, 0, 1, device);
-    train(ref, ref->parameters(), batches, 0, 1, device);
+    ddp->register_comm_hook({}, gather_hook);
+    const c10::StreamGuard on_side(test::side_stream(device));
+    const auto before = pg->collectives_issued();
+    train(ddp, ddp->parameters(), batches, 0, 1, device, /*late=*/true);
+    EXPECT_GE(pg->collectives_issued() - before, kSteps);  // a bucket's all-gather every step
+    train(ref, ref->parameters(), batches, 0, 1, device, /*late=*/true);
     test::expect_params_close(on_cpu(net->parameters()), on_cpu(ref->parameters()));
   }));
+}
+
+// Two ranks sharing cuda:0 (staged), called from a non-default stream whose inputs arrive late:
+// the copies to the host wait for that stream, the results come back on it.
+TEST(DdpCuda, TwoRanksSharingAGpuFromASideStreamMatchOneProcess) {
+  if (test::gpus_seen_by_a_child() == 0) GTEST_SKIP() << "no CUDA device";
+  on_two_gpu_ranks([](int rank, std::shared_ptr<ProcessGroup> pg, at::Device device) {
+    ASSERT_EQ(pg->backend(), "shm-staged");
+    auto batches = test::make_batches(kSteps, 2, kPerRank, {16});
+    auto net = mlp_on(device), ref = mlp_on(device);
+    DistributedDataParallel ddp(net, pg);
+    const c10::StreamGuard on_side(test::side_stream(device));
+    train(ddp, ddp->parameters(), batches, rank, 2, device, /*late=*/true);
+    train(ref, ref->parameters(), batches, 0, 1, device, /*late=*/true);
+    test::expect_params_close(on_cpu(net->parameters()), on_cpu(ref->parameters()));
+  });
 }
 
 // Two ranks on two GPUs over nccl against one process on the whole batch; the step times come
@@ -53,12 +91,7 @@ TEST(DdpCuda, OneRankOverNcclSameAsPlainLibTorch) {
 TEST(DdpCuda, TwoRanksOnTwoGpusOverNcclMatchOneProcess) {
   if (test::gpus_seen_by_a_child() < 2) GTEST_SKIP() << "fewer than 2 CUDA devices";
   if (!cuda::built()) GTEST_SKIP() << "dpx built without CUDA (DPX_CUDA)";
-  test::StoreServer server;
-  test::expect_all_ok(test::run_processes(2, [&](int rank) {
-    const at::Device device(at::kCUDA, static_cast<at::DeviceIndex>(rank));
-    ProcessGroup::Options o;
-    o.device = device;
-    auto pg = new_process_group("auto", server.client(), rank, 2, o);
+  test::on_two_gpus([](int rank, std::shared_ptr<ProcessGroup> pg, at::Device device) {
     ASSERT_EQ(pg->backend(), "nccl");
     auto batches = test::make_batches(kSteps, 2, kPerRank, {16});
     auto net = mlp_on(device), ref = mlp_on(device);
@@ -71,7 +104,29 @@ TEST(DdpCuda, TwoRanksOnTwoGpusOverNcclMatchOneProcess) {
     EXPECT_GT(stats.avg_backward_comm_ms, 0);
     EXPECT_GT(stats.backward_compute_ms, 0);
     EXPECT_GE(stats.avg_overlap_ms, 0);
-  }));
+  });
+}
+
+// Every thread of a rank on cuda:1 works there (Note [Thread devices]): after DDP steps over
+// nccl, with the stall inspector polling the works every 10 ms, the rank has no CUDA context on
+// GPU 0, which a thread that queried an event without setting its device would have made.
+TEST(DdpCuda, ARankOnTheSecondGpuMakesNoContextOnTheFirst) {
+  if (test::gpus_seen_by_a_child() < 2) GTEST_SKIP() << "fewer than 2 CUDA devices";
+  if (!cuda::built()) GTEST_SKIP() << "dpx built without CUDA (DPX_CUDA)";
+  constexpr std::chrono::milliseconds kStallThreshold(40);  // a poll every 10 ms
+  test::on_two_gpus([](int rank, std::shared_ptr<ProcessGroup> pg, at::Device device) {
+    ASSERT_EQ(pg->backend(), "nccl");
+    auto batches = test::make_batches(kSteps, 2, kPerRank, {16});
+    auto net = mlp_on(device);
+    DistributedDataParallel ddp(net, pg);
+    train(ddp, ddp->parameters(), batches, rank, 2, device);
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));  // more polls
+    pg->barrier()->wait();
+    const auto first = test::has_cuda_context(0);
+    ASSERT_TRUE(first.has_value()) << "the driver did not say";
+    EXPECT_EQ(*first, rank == 0) << "rank " << rank << " has a CUDA context on GPU 0";
+    EXPECT_TRUE(test::has_cuda_context(rank).value_or(false));
+  }, kStallThreshold);
 }
 
 // Each option DDP has on CPU, on two ranks that share cuda:0. The compressing hooks round each
@@ -179,7 +234,7 @@ struct MetaImpl : torch::nn::Module {
 TORCH_MODULE(Meta);
 
 // Runs anywhere: a module whose parameters are not on the group's device.
-TEST(DdpCuda, ParametersOffTheGroupsDeviceAreAClearError) {
+TEST(DdpDevices, ParametersOffTheGroupsDeviceAreAClearError) {
   auto pg = new_process_group("gloo", Store::hash(), 0, 1);
   Meta net;
   try {

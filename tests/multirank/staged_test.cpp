@@ -6,6 +6,7 @@
 #include "comm/setup/factory.h"
 #include "dpx/dpx.h"
 #include "harness.h"
+#include "side_stream.h"
 
 namespace dpx {
 namespace {
@@ -95,14 +96,39 @@ TEST(StagedCuda, AutoStagesRanksThatShareAGpu) {
   for (int r = 0; r < 2; ++r) EXPECT_EQ(errors[r], "") << "rank " << r;
 }
 
-TEST(NcclGroup, OneRankRunsEveryCollective) {
+// One rank, which reduces nothing, but is still ordered with the caller's stream: called from a
+// non-default stream whose input arrives late, an out-of-place collective (all-gather,
+// reduce-scatter) must start after that stream's work, or it copies NaN, and what follows on
+// the stream must see its output, after synchronize() (the host goes on) as after wait().
+TEST(NcclGroup, OneRankFollowsTheCallersStream) {
   if (cuda::device_count() == 0) GTEST_SKIP() << "no CUDA device";
   if (!cuda::built()) GTEST_SKIP() << "dpx built without CUDA (DPX_CUDA)";
   ProcessGroup::Options o;
   o.device = at::Device("cuda");
   auto pg = new_process_group("auto", Store::hash(), 0, 1, o);
   EXPECT_EQ(pg->backend(), "nccl");
-  run_all_collectives(*pg, at::Device("cuda:0"));
+  const at::Device device("cuda:0");
+  const c10::StreamGuard on_side(test::side_stream(device));
+  const auto values = at::arange(12, at::kFloat);
+  auto on = at::TensorOptions().device(device);
+  for (bool host_waits : {false, true}) {
+    SCOPED_TRACE(host_waits ? "wait()" : "synchronize()");
+    auto finish = [&](const std::shared_ptr<Work>& w) {
+      host_waits ? w->wait() : w->synchronize();
+    };
+    auto in = test::arrives_late(values, device);
+    auto gathered = at::empty({12}, on);
+    finish(pg->allgather(gathered, in));
+    EXPECT_TRUE((gathered + 1).cpu().equal(values + 1));
+    in = test::arrives_late(values, device);
+    auto scattered = at::empty({12}, on);
+    finish(pg->reduce_scatter(scattered, in));
+    EXPECT_TRUE((scattered * 2).cpu().equal(values * 2));
+    auto t = test::arrives_late(values, device);
+    finish(pg->allreduce(t, {ReduceOp::kMax}));
+    EXPECT_TRUE(t.cpu().equal(values));
+  }
+  run_all_collectives(*pg, device);
 }
 
 // Two ranks on two GPUs, in two nccl groups on one store, both alive: each group finds its own

@@ -61,7 +61,7 @@ TEST(BackendChoice, AutoOnTheCpuPicksGlooWithOneRankPerHost) {
   EXPECT_EQ(choose(Backend::kAuto, false, true, host_layout({"a", "b", "c"})), Backend::kGloo);
 }
 
-TEST(BackendChoice, AutoOnAGpuTakesNcclUnlessRanksShareAGpu) {
+TEST(BackendChoice, AutoOnAGpuTakesTheGpuBackendUnlessRanksShareAGpu) {
   const HostLayout one = host_layout({"a", "a"}), two = host_layout({"a", "a", "b", "b"});
   EXPECT_EQ(choose(Backend::kAuto, true, true, one), Backend::kNccl);
   EXPECT_EQ(choose(Backend::kAuto, true, true, two), Backend::kNccl);

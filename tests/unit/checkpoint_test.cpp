@@ -225,4 +225,60 @@ TEST_F(CheckpointTest, MapLocationMovesBetweenCudaAndCpu) {
   }
 }
 
+// Dropout on a GPU draws from that GPU's generator: a run resumed from a checkpoint, in either
+// format, draws the masks of the run that went straight through (Note [CUDA random state]),
+// though another seed and another draw moved the generator before it loaded.
+struct DropNet : torch::nn::Module {
+  DropNet() {
+    fc1 = register_module("fc1", torch::nn::Linear(8, 16));
+    drop = register_module("drop", torch::nn::Dropout(0.5));
+    fc2 = register_module("fc2", torch::nn::Linear(16, 3));
+  }
+  torch::Tensor forward(const torch::Tensor& x) { return fc2(drop(torch::relu(fc1(x)))); }
+  torch::nn::Linear fc1{nullptr}, fc2{nullptr};
+  torch::nn::Dropout drop{nullptr};
+};
+
+class CheckpointCuda : public CheckpointTest {};
+
+TEST_F(CheckpointCuda, DropoutOnTheGpuContinuesAsTheRunThatWentStraightThrough) {
+  if (dpx::cuda::device_count() == 0) GTEST_SKIP() << "no CUDA device";
+  const at::Device gpu("cuda:0");
+  torch::manual_seed(3);
+  std::vector<torch::Tensor> xs;
+  for (int s = 0; s < 4; ++s) xs.push_back(torch::randn({32, 8}).to(gpu));
+  auto step = [&](DropNet& net, torch::optim::Optimizer& opt, int s) {
+    opt.zero_grad();
+    net.forward(xs[s]).pow(2).mean().backward();
+    opt.step();
+  };
+  for (auto format : {dpx::CheckpointFormat::kDpx, dpx::CheckpointFormat::kTorchSave}) {
+    SCOPED_TRACE(format == dpx::CheckpointFormat::kDpx ? "dpx format" : "torch.save format");
+    std::system(("rm -f " + dir_ + "/*").c_str());
+    dpx::Checkpointer ckpt({.directory = dir_, .format = format}, nullptr);
+    torch::manual_seed(1);
+    DropNet straight;
+    straight.to(gpu);
+    torch::optim::SGD opt(straight.parameters(), torch::optim::SGDOptions(0.1).momentum(0.9));
+    step(straight, opt, 0);
+    step(straight, opt, 1);
+    ckpt.save(straight, opt, {0, 2, 0});
+    step(straight, opt, 2);
+    step(straight, opt, 3);
+
+    torch::manual_seed(77);  // another run: other seeds, and a draw on the GPU
+    DropNet resumed;
+    resumed.to(gpu);
+    torch::dropout(torch::ones({64}, gpu), 0.5, /*train=*/true);
+    torch::optim::SGD opt2(resumed.parameters(), torch::optim::SGDOptions(0.1).momentum(0.9));
+    ASSERT_TRUE(ckpt.load_latest(resumed, opt2).has_value());
+    step(resumed, opt2, 2);
+    step(resumed, opt2, 3);
+    auto a = straight.parameters(), b = resumed.parameters();
+    for (size_t i = 0; i < a.size(); ++i) {
+      EXPECT_TRUE(a[i].cpu().allclose(b[i].cpu(), 0, 1e-6)) << "parameter " << i;
+    }
+  }
+}
+
 }  // namespace

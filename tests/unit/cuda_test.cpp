@@ -1,5 +1,7 @@
 // The device-independent parts of dpx's CUDA support: device choice, backend choice, the
-// translation of NCCL errors, and the errors a machine without a GPU gives.
+// translation of NCCL errors, and the errors a machine without a GPU gives. Tests that run on
+// any machine keep Cuda and Nccl out of their names: scripts/gpu_check.sh picks GPU tests by
+// those words.
 #include <c10/core/impl/DeviceGuardImplInterface.h>
 #include <torch/torch.h>
 
@@ -15,19 +17,19 @@ namespace {
 
 using ::testing::HasSubstr;
 
-TEST(CudaDevice, CpuAndIndexedDevicesPassThrough) {
+TEST(DeviceChoice, CpuAndIndexedDevicesPassThrough) {
   EXPECT_EQ(detail::resolve_device(at::kCPU, 3, 0), at::Device(at::kCPU));
   EXPECT_EQ(detail::resolve_device(at::Device("cuda:1"), 0, 2), at::Device("cuda:1"));
 }
 
-TEST(CudaDevice, LocalRankPicksTheGpuModuloTheGpusPresent) {
+TEST(DeviceChoice, LocalRankPicksTheGpuModuloTheGpusPresent) {
   EXPECT_EQ(detail::resolve_device(at::Device("cuda"), 1, 4), at::Device("cuda:1"));
   EXPECT_EQ(detail::resolve_device(at::Device("cuda"), 5, 4), at::Device("cuda:1"));
   EXPECT_EQ(detail::resolve_device(at::Device("cuda"), 2, 1), at::Device("cuda:0"));
   EXPECT_EQ(detail::resolve_device(at::Device("cuda"), std::nullopt, 2), at::Device("cuda:0"));
 }
 
-TEST(CudaDevice, MissingDevicesAreClearErrors) {
+TEST(DeviceChoice, MissingDevicesAreClearErrors) {
   auto none = test::expect_throws<c10::Error>(
       [] { detail::resolve_device(at::Device("cuda"), 0, 0); });
   EXPECT_THAT(none, HasSubstr("sees no CUDA device"));
@@ -43,7 +45,7 @@ TEST(CudaDevice, MissingDevicesAreClearErrors) {
   EXPECT_THAT(other, HasSubstr("use cpu or cuda"));
 }
 
-TEST(CudaDevice, WithoutGpusAskingForCudaFailsBeforeConnecting) {
+TEST(DeviceChoice, WithoutGpusAskingForAGpuFailsBeforeConnecting) {
   if (cuda::device_count() > 0) GTEST_SKIP() << "this machine has a CUDA device";
   ProcessGroup::Options o;
   o.device = at::Device("cuda");
@@ -69,13 +71,13 @@ TEST(CudaDevice, InitProcessGroupMakesTheRanksGpuCurrent) {
   }).join();
 }
 
-TEST(DeviceBackendChoice, NcclOnTheCpuIsAClearError) {
+TEST(DeviceBackendChoice, TheGpuBackendOnTheCpuIsAClearError) {
   auto msg = test::expect_throws<c10::Error>(
       [] { new_process_group("nccl", Store::hash(), 0, 1); });
   EXPECT_THAT(msg, HasSubstr("nccl works on CUDA devices only"));
 }
 
-TEST(DeviceBackendChoice, UnknownBackendsNameNccl) {
+TEST(DeviceBackendChoice, UnknownBackendsListTheKnownOnes) {
   auto msg = test::expect_throws<c10::Error>(
       [] { new_process_group("mpi", Store::hash(), 0, 1); });
   EXPECT_THAT(msg, HasSubstr("use auto, shm, gloo, hierarchical or nccl"));
@@ -87,7 +89,7 @@ void rethrow(const std::string& text) {
                              std::chrono::milliseconds(500));
 }
 
-TEST(NcclErrors, TimeoutsBecomeTimeoutError) {
+TEST(GpuBackendErrors, TimeoutsBecomeTimeoutError) {
   auto msg = test::expect_throws<TimeoutError>([] {
     rethrow("[PG ID 0 Rank 0] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=3, "
             "OpType=ALLREDUCE) ran for 600012 milliseconds before timing out."
@@ -97,7 +99,7 @@ TEST(NcclErrors, TimeoutsBecomeTimeoutError) {
   EXPECT_THAT(msg, ::testing::Not(HasSubstr("Exception raised from")));
 }
 
-TEST(NcclErrors, AVanishedPeerBecomesPeerLostError) {
+TEST(GpuBackendErrors, AVanishedPeerBecomesPeerLostError) {
   auto msg = test::expect_throws<PeerLostError>([] {
     rethrow("NCCL error in: ProcessGroupNCCL.cpp:1, remote process exited or there was a "
             "network error, NCCL version 2.30.3\nncclRemoteError: A call failed possibly due "
@@ -107,7 +109,7 @@ TEST(NcclErrors, AVanishedPeerBecomesPeerLostError) {
   test::expect_throws<PeerLostError>([] { rethrow("socket: Connection closed by peer"); });
 }
 
-TEST(NcclErrors, OtherFailuresBecomeDistributedErrorAndDpxErrorsPassThrough) {
+TEST(GpuBackendErrors, OtherFailuresBecomeDistributedErrorAndDpxErrorsPassThrough) {
   auto msg = test::expect_throws<DistributedError>(
       [] { rethrow("NCCL error: invalid usage (run with NCCL_DEBUG=WARN for details)"); });
   EXPECT_THAT(msg, HasSubstr("nccl allreduce failed: NCCL error: invalid usage"));

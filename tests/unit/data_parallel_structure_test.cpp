@@ -149,7 +149,7 @@ TEST(DataParallelStructure, ModuleNotOnFirstDeviceIsAnError) {
   }
 }
 
-TEST(DataParallelStructure, CudaDevicesWithoutCudaAreAnError) {
+TEST(DataParallelStructure, GpuDevicesWithoutAGpuAreAnError) {
   if (torch::cuda::is_available()) {
     GTEST_SKIP() << "CUDA is available here; this checks the CPU-only error";
   }

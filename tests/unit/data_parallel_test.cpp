@@ -6,6 +6,7 @@
 #include <map>
 
 #include "dpx/data_parallel/data_parallel.h"
+#include "side_stream.h"
 
 namespace {
 
@@ -248,13 +249,14 @@ TEST(DataParallel, FrozenParametersGetNoGradient) {
 
 }  // namespace
 
-// On GPUs (skipped without one): cuda:0, and cuda:1 too where there is one.
+// On GPUs (skipped without one): two replicas always, on cuda:0 and cuda:1 where there are two
+// GPUs, else both on cuda:0 (one replica would be the module run as it is, which tests nothing).
 namespace {
 
 dpx::DataParallelOptions gpus() {
   dpx::DataParallelOptions options;
-  const auto n = std::min<int64_t>(torch::cuda::device_count(), 2);
-  for (int64_t i = 0; i < n; ++i) options.devices.emplace_back(torch::kCUDA, i);
+  const bool two = torch::cuda::device_count() >= 2;
+  options.devices = {torch::Device("cuda:0"), torch::Device(two ? "cuda:1" : "cuda:0")};
   return options;
 }
 
@@ -282,8 +284,8 @@ void train_against_whole_batch(const dpx::DataParallelOptions& options) {
   expect_same_state(*net, *ref);
 }
 
-TEST(DataParallelCuda, MlpTrainingStepsMatchWholeBatch) {
-  if (torch::cuda::device_count() == 0) GTEST_SKIP() << "no CUDA device";
+TEST(DataParallelCuda, TwoGpusTrainAsTheWholeBatch) {
+  if (torch::cuda::device_count() < 2) GTEST_SKIP() << "fewer than 2 CUDA devices";
   train_against_whole_batch(gpus());
 }
 
@@ -313,6 +315,27 @@ TEST(DataParallelCuda, BatchNormRunningStatsReachTheModule) {
   restore_buffers(ref, kept);  // = replica 0's update
   expect_same_state(*net, *ref);
   EXPECT_EQ(net->bn->num_batches_tracked.item<int64_t>(), 1);
+}
+
+// Called from a non-default stream, the scatter, the replicas and the gather are ordered with
+// it (Note [Replica streams]): the input that stream writes late is what every replica reads,
+// and the backward follows. On the replica threads' default streams they would read NaN.
+TEST(DataParallelCuda, FromASideStreamReplicasSeeWhatThatStreamWrote) {
+  if (torch::cuda::device_count() == 0) GTEST_SKIP() << "no CUDA device";
+  const torch::Device device("cuda:0");
+  torch::manual_seed(5);
+  Mlp net;
+  net->to(device);
+  Mlp ref = copy_of(net);
+  dpx::DataParallel dp(net, gpus());
+  const auto x = torch::randn({16, 10});
+  const c10::StreamGuard on_side(dpx::test::side_stream(device));
+  auto out = dp(dpx::test::arrives_late(x, device));
+  out.pow(2).sum().backward();
+  auto expected = ref(x.to(device));
+  expected.pow(2).sum().backward();
+  expect_close(out, expected, "output");
+  expect_same_grads(*net, *ref);
 }
 
 // Float and double parameters: on two GPUs their gradients are summed by one NCCL reduce per

@@ -3,11 +3,15 @@
 // its errors, and AutocastGuard. Against Python's own GradScaler: multiproc/amp_test.cpp.
 #include <torch/torch.h>
 
+#include <ATen/record_function.h>
+
+#include <atomic>
 #include <limits>
 
 #include "dpx/amp/autocast.h"
 #include "dpx/amp/grad_scaler.h"
 #include "expect_throws.h"
+#include "runtime/compat/torch_version.h"
 
 namespace dpx {
 namespace {
@@ -118,6 +122,70 @@ TEST(GradScaler, StateDictHasPythonsKeysAndRestoresTheScale) {
   EXPECT_EQ(b.get_scale(), 8.0);
 }
 
+// As PyTorch's kernel: a value is checked before it is multiplied. With a scale below 1 a
+// finite gradient may overflow to inf once unscaled; that is no found inf, and the step runs.
+TEST(GradScaler, ChecksEachGradientBeforeItUnscalesIt) {
+  GradScaler scaler({.init_scale = 0.25});
+  Toy toy;
+  scaler.scale((toy.p * 0).sum()).backward();
+  toy.p.mutable_grad() = torch::tensor({1e38f, 1.0f});
+  EXPECT_TRUE(scaler.step(toy.opt));
+  EXPECT_TRUE(toy.p.grad().equal(torch::tensor({kInf, 4.0f})));
+  scaler.update();
+  EXPECT_EQ(scaler.get_scale(), 0.25);
+}
+
+// An optimizer none of whose parameters has a gradient has nothing checked: PyTorch refuses
+// to step it.
+TEST(GradScaler, AnOptimizerWithoutGradientsIsRefusedAsPyTorchRefusesIt) {
+  GradScaler scaler;
+  Toy toy;
+  auto q = torch::ones({2}, torch::requires_grad());
+  scaler.scale((q * 2).sum()).backward();
+  EXPECT_NE(expect_throws<c10::Error>([&] { scaler.step(toy.opt); }).find(
+                "No inf checks were recorded for this optimizer."), std::string::npos);
+  EXPECT_NE(expect_throws<c10::Error>([&] { scaler.update(); }).find(
+                "No inf checks were recorded prior to update."), std::string::npos);
+}
+
+std::atomic<int> g_fused{0}, g_per_tensor{0};
+
+std::unique_ptr<at::ObserverContext> count_unscale_ops(const at::RecordFunction& fn) {
+  const std::string name = fn.name();
+  if (name == "aten::_amp_foreach_non_finite_check_and_unscale_") ++g_fused;
+  if (name == "aten::isfinite" || name == "aten::mul_") ++g_per_tensor;
+  return nullptr;
+}
+
+// unscale_ is one fused check-and-unscale per device and dtype (Note [Unscaling per device]),
+// not kernels per parameter. On the CPU, LibTorch has that kernel from 2.3 on.
+TEST(GradScaler, UnscalesWithOneFusedKernelPerDtype) {
+  if (compat::kTorchVersion < 203) {
+    GTEST_SKIP() << "SKIPPED: LibTorch " DPX_TORCH_VERSION " has no CPU kernel for "
+                    "_amp_foreach_non_finite_check_and_unscale_ (it came with 2.3)";
+  }
+  torch::nn::Linear a(3, 4), b(4, 2), c(2, 2);
+  c->to(torch::kDouble);
+  std::vector<torch::Tensor> params = a->parameters();
+  for (const auto* m : {&b, &c}) {
+    for (const auto& p : (*m)->parameters()) params.push_back(p);
+  }
+  torch::optim::SGD opt(params, 0.1);
+  GradScaler scaler({.init_scale = 4});
+  auto x = torch::ones({1, 3});
+  auto y = c(b(a(x)).to(torch::kDouble)).sum();
+  scaler.scale(y).backward();
+  const auto scaled = c->weight.grad().clone();
+  g_fused = 0;
+  g_per_tensor = 0;
+  const auto handle = at::addThreadLocalCallback(at::RecordFunctionCallback(&count_unscale_ops));
+  scaler.unscale_(opt);
+  at::removeCallback(handle);
+  EXPECT_EQ(g_fused, 2);  // float and double
+  EXPECT_EQ(g_per_tensor, 0);
+  EXPECT_TRUE(c->weight.grad().equal(scaled / 4));
+}
+
 TEST(Autocast, GuardRunsMatmulsInBfloat16AndRestoresTheState) {
   auto a = torch::randn({4, 4}), b = torch::randn({4, 4});
   {
@@ -132,6 +200,125 @@ TEST(Autocast, GuardRunsMatmulsInBfloat16AndRestoresTheState) {
   }
   EXPECT_EQ(torch::mm(a, b).scalar_type(), at::kFloat);
   EXPECT_THROW(AutocastGuard({.dtype = at::kDouble}), c10::Error);
+}
+
+// On a GPU (skipped without one).
+struct TwoLayersImpl : torch::nn::Module {
+  TwoLayersImpl() {
+    fc1 = register_module("fc1", torch::nn::Linear(16, 32));
+    fc2 = register_module("fc2", torch::nn::Linear(32, 4));
+  }
+  // fc1 and fc2 may sit on different devices: the activations follow.
+  torch::Tensor forward(torch::Tensor x) {
+    auto h = torch::relu(fc1(x.to(fc1->weight.device())));
+    return fc2(h.to(fc2->weight.device()));
+  }
+  torch::nn::Linear fc1{nullptr}, fc2{nullptr};
+};
+TORCH_MODULE(TwoLayers);
+
+TwoLayers two_layers(at::Device first, at::Device second) {
+  torch::manual_seed(9);
+  TwoLayers net;
+  net->fc1->to(first);
+  net->fc2->to(second);
+  return net;
+}
+
+void expect_params_close(TwoLayers& got, TwoLayers& want, double rtol, double atol) {
+  auto g = got->parameters(), w = want->parameters();
+  ASSERT_EQ(g.size(), w.size());
+  for (size_t i = 0; i < g.size(); ++i) {
+    const auto a = g[i].detach().cpu(), b = w[i].detach().cpu();
+    EXPECT_TRUE(a.allclose(b, rtol, atol))
+        << "parameter " << i << ": max difference " << (a - b).abs().max().item<double>();
+  }
+}
+
+constexpr int kAmpSteps = 6;
+constexpr int kInfStep = 2;
+
+// Float16 autocast on the GPU with the scaler against float32 on the CPU without one: the same
+// parameters (within float16's rounding), an inf injected at one step skipped by both, and the
+// scale halved for it.
+TEST(GradScalerCuda, Float16AutocastMatchesTheCpuFloatReference) {
+  if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
+  const at::Device gpu("cuda:0");
+  auto net = two_layers(gpu, gpu), ref = two_layers(at::kCPU, at::kCPU);
+  torch::optim::SGD opt(net->parameters(), 0.1), ref_opt(ref->parameters(), 0.1);
+  GradScaler scaler({.init_scale = 1024});
+  for (int s = 0; s < kAmpSteps; ++s) {
+    SCOPED_TRACE("step " + std::to_string(s));
+    torch::manual_seed(100 + s);
+    const auto x = torch::randn({8, 16}), y = torch::randn({8, 4});
+    opt.zero_grad();
+    torch::Tensor loss;
+    {
+      AutocastGuard autocast({.device_type = at::kCUDA, .dtype = at::kHalf});
+      auto out = net(x.to(gpu));
+      EXPECT_EQ(out.scalar_type(), at::kHalf);
+      loss = (out.to(at::kFloat) - y.to(gpu)).pow(2).mean();
+    }
+    scaler.scale(loss).backward();
+    if (s == kInfStep) net->fc2->bias.mutable_grad()[1] = kInf;
+    EXPECT_EQ(scaler.step(opt), s != kInfStep);
+    scaler.update();
+    ref_opt.zero_grad();
+    (ref(x) - y).pow(2).mean().backward();
+    if (s != kInfStep) ref_opt.step();
+  }
+  EXPECT_EQ(scaler.get_scale(), 512);
+  expect_params_close(net, ref, 1e-2, 2e-3);
+}
+
+// A model on the CPU and a GPU: one found-inf flag per device (Note [Unscaling per device]); an
+// inf on either device skips the step; the others unscale exactly as on the CPU alone.
+TEST(GradScalerCuda, AModelOnTheCpuAndAGpuKeepsAFlagPerDevice) {
+  if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
+  auto net = two_layers(at::kCPU, at::Device("cuda:0")), ref = two_layers(at::kCPU, at::kCPU);
+  torch::optim::SGD opt(net->parameters(), 0.1), ref_opt(ref->parameters(), 0.1);
+  GradScaler scaler({.init_scale = 256});
+  for (int s = 0; s < 4; ++s) {
+    SCOPED_TRACE("step " + std::to_string(s));
+    torch::manual_seed(200 + s);
+    const auto x = torch::randn({8, 16}), y = torch::randn({8, 4});
+    opt.zero_grad();
+    auto out = net(x);
+    scaler.scale((out - y.to(out.device())).pow(2).mean()).backward();
+    if (s == 1) net->fc1->weight.mutable_grad()[0][0] = kNan;  // the CPU's
+    if (s == 2) net->fc2->weight.mutable_grad()[0][0] = kInf;  // the GPU's
+    EXPECT_EQ(scaler.step(opt), s == 0 || s == 3);
+    scaler.update();
+    ref_opt.zero_grad();
+    (ref(x) - y).pow(2).mean().backward();
+    if (s == 0 || s == 3) ref_opt.step();
+  }
+  EXPECT_EQ(scaler.get_scale(), 64);
+  expect_params_close(net, ref, 1e-5, 1e-6);
+}
+
+// Two GPUs: each device's gradients are checked on that device (one kernel could not take a
+// flag on another GPU).
+TEST(GradScalerCuda, AModelOnTwoGpusKeepsAFlagPerDevice) {
+  if (torch::cuda::device_count() < 2) GTEST_SKIP() << "fewer than 2 CUDA devices";
+  auto net = two_layers(at::Device("cuda:0"), at::Device("cuda:1"));
+  auto ref = two_layers(at::kCPU, at::kCPU);
+  torch::optim::SGD opt(net->parameters(), 0.1), ref_opt(ref->parameters(), 0.1);
+  GradScaler scaler({.init_scale = 256});
+  for (int s = 0; s < 3; ++s) {
+    torch::manual_seed(300 + s);
+    const auto x = torch::randn({8, 16}), y = torch::randn({8, 4});
+    opt.zero_grad();
+    auto out = net(x);
+    scaler.scale((out - y.to(out.device())).pow(2).mean()).backward();
+    if (s == 1) net->fc1->bias.mutable_grad()[0] = kInf;  // cuda:0's
+    EXPECT_EQ(scaler.step(opt), s != 1);
+    scaler.update();
+    ref_opt.zero_grad();
+    (ref(x) - y).pow(2).mean().backward();
+    if (s != 1) ref_opt.step();
+  }
+  expect_params_close(net, ref, 1e-5, 1e-6);
 }
 
 }  // namespace

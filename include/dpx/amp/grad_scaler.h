@@ -8,8 +8,18 @@
 // Under DDP every rank holds the same averaged gradients, so an inf on one rank reaches all of
 // them, as in PyTorch. A rank's own inf can still stay its own: gradients accumulated under
 // no_sync, parameters DDP does not reduce, or a ZeRO/local-SGD optimizer. With a process group,
-// unscale_ all-reduces the found-inf flag (max, one element), so every rank skips the same
-// steps and keeps the same scale. Without one, each rank decides alone, as PyTorch does.
+// unscale_ all-reduces the found-inf flag (max, one element: the sum of this rank's devices'
+// flags), so every rank skips the same steps and keeps the same scale. Without one, each rank
+// decides alone, as PyTorch does.
+//
+// Note [Unscaling per device]
+// As torch.amp.GradScaler, unscale_ keeps a found-inf flag on every device that holds gradients
+// and checks each device's gradients there, with the scale's reciprocal copied to it: a model
+// spread over several GPUs (or the CPU and a GPU) never mixes devices in one kernel. Per device
+// and dtype one fused kernel (at::_amp_foreach_non_finite_check_and_unscale_) looks at every
+// value before it multiplies it, so a finite gradient that the multiply would overflow (a scale
+// below 1) is not an inf, as in PyTorch. step() adds the flags up on the host; update() adds
+// them on the scale's device and reads the sum once.
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -51,8 +61,9 @@ class GradScaler {
   at::Tensor scale(const at::Tensor& outputs);
   std::vector<at::Tensor> scale(const std::vector<at::Tensor>& outputs);
 
-  // Divides `optimizer`'s gradients by the scale in place and records whether any is inf or
-  // nan. At most once per optimizer between two update()s, and before step().
+  // Divides `optimizer`'s gradients by the scale in place and records, per device, whether any
+  // was inf or nan before the division: one fused kernel per device and dtype. At most once per
+  // optimizer between two update()s, and before step().
   void unscale_(torch::optim::Optimizer& optimizer);
 
   // unscale_ (unless called already), then optimizer.step() unless a gradient was inf or nan.
@@ -80,7 +91,9 @@ class GradScaler {
   enum class Stage { kReady, kUnscaled, kStepped };
   struct PerOptimizer {
     Stage stage = Stage::kReady;
-    at::Tensor found_inf;  // float, 0 or 1
+    // One per device that holds gradients (float, 0-dim, 0 or 1), as torch.amp.GradScaler's
+    // found_inf_per_device; with a group, the one flag the ranks agreed on.
+    std::vector<at::Tensor> found_inf_per_device;
   };
   void check_started(const char* what) const;
 

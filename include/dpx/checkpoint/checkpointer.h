@@ -1,7 +1,8 @@
 // Saving and resuming training: rank 0 writes, every rank loads the same checkpoint.
 //
 // Note [Checkpoint protocol]
-// save():  1. rank 0 serializes model, optimizer, progress and its CPU RNG state,
+// save():  1. rank 0 serializes model, optimizer, progress and its CPU and CUDA RNG states
+//             (Note [CUDA random state] in src/runtime/cuda/rng_state.h),
 //          2. writes checkpoint-<step>.dpx atomically (checkpoint_file.h), deletes all but the
 //             newest keep_last ones and temporary files that killed writers left behind,
 //          3. every rank waits at a barrier, so no rank runs ahead of a checkpoint in progress.
@@ -36,7 +37,8 @@ struct TrainingProgress {
 // kDpx: checkpoint-<step>.dpx, a LibTorch archive behind a header with a CRC32 (checkpoint_file.h).
 // kTorchSave: checkpoint-<step>.pt, a torch.save file Python opens with torch.load(path,
 // weights_only=True): {'model': state_dict, 'optimizer': Python's optimizer.state_dict() layout
-// (SGD, Adam, AdamW), 'epoch', 'step', 'sampler_position': int, 'rng_cpu': uint8 tensor}. Its
+// (SGD, Adam, AdamW), 'epoch', 'step', 'sampler_position': int, 'rng_cpu': uint8 tensor,
+// 'rng_cuda': list of uint8 tensors, as torch.cuda.get_rng_state_all() (empty without a GPU)}. Its
 // checksums are the zip's CRC-32 per record, checked on load (see docs/checkpoint.md).
 enum class CheckpointFormat { kDpx, kTorchSave };
 
@@ -61,7 +63,7 @@ class Checkpointer {
   std::string save(const torch::nn::Module& model, const torch::optim::Optimizer& optimizer,
                    const TrainingProgress& progress);
 
-  // Collective. Restores model, optimizer and the CPU RNG from the newest good checkpoint and
+  // Collective. Restores model, optimizer and the RNGs from the newest good checkpoint and
   // returns its progress; nullopt when there is none (a fresh start).
   std::optional<TrainingProgress> load_latest(torch::nn::Module& model,
                                               torch::optim::Optimizer& optimizer);

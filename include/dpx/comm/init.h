@@ -50,7 +50,8 @@ struct StoreAndRank {
 StoreAndRank rendezvous_store(const InitOptions& options);
 
 // A group of the given backend over a store the caller made (tests, tools, sub-groups). Makes
-// no process-wide choice: call init_process() first where they are wanted.
+// no process-wide choice: call init_process() first where they are wanted. A CUDA device
+// becomes the calling thread's current one, as with init_process_group.
 std::shared_ptr<ProcessGroup> new_process_group(const std::string& backend,
                                                 std::shared_ptr<Store> store, int rank, int size,
                                                 ProcessGroup::Options options = {});

@@ -87,6 +87,12 @@ class ProcessGroup {
   std::uint64_t collectives_issued() const { return seq_.load(std::memory_order_relaxed); }
 
  protected:
+  // Stops the stall inspector, if it runs: once this returns, it asks no Work of this group
+  // anything. A backend whose destructor tears down what its works need to answer (nccl: the
+  // communicator their error checks read) calls it first, since the base's members, the
+  // inspector among them, outlive the derived destructor's body.
+  void stop_stall_inspector();
+
   virtual std::shared_ptr<Work> do_allreduce(at::Tensor& tensor, const AllreduceOptions& opts) = 0;
   virtual std::shared_ptr<Work> do_broadcast(at::Tensor& tensor, const BroadcastOptions& opts) = 0;
   virtual std::shared_ptr<Work> do_allgather(at::Tensor& output, const at::Tensor& input) = 0;

@@ -11,7 +11,8 @@ namespace dpx::cuda {
 // backend, CUDA streams in DDP. Without it, CUDA tensors still work with the staged backends.
 bool built();
 
-// CUDA devices this process sees (0 without any, or with a LibTorch without CUDA).
+// CUDA devices this process sees (0 without any, or with a LibTorch without CUDA), as c10's
+// device guard for CUDA counts them.
 int device_count();
 
 // The device a process uses: `asked` as given when it is the CPU or names an index ("cuda:1"),
@@ -23,7 +24,9 @@ at::Device local_device(at::Device asked = at::Device(at::kCUDA),
 
 // Makes `device` the calling thread's current CUDA device, so that what CUDA does without an
 // explicit device (a context, a stream, pinned memory) happens on this rank's GPU rather than
-// on GPU 0. Nothing for the CPU. init_process_group() calls it for a CUDA group.
+// on GPU 0. Nothing for the CPU. new_process_group() (and so init_process_group()) calls it for
+// a CUDA group on the calling thread, and every thread dpx starts for a group or a replica calls
+// it first (Note [Thread devices] in src/runtime/cuda/device.h).
 void set_current_device(at::Device device);
 
 }  // namespace dpx::cuda

@@ -1,6 +1,5 @@
 #include <c10/core/impl/DeviceGuardImplInterface.h>
 #include <c10/util/Exception.h>
-#include <torch/cuda.h>
 
 #include "runtime/cuda/device.h"
 #include "dpx/runtime/cuda.h"
@@ -9,7 +8,12 @@
 namespace dpx {
 namespace cuda {
 
-int device_count() { return static_cast<int>(torch::cuda::device_count()); }
+// c10's guard for CUDA asks the driver as torch::cuda::device_count() does; a LibTorch without
+// CUDA has no such guard. A test's fake guard answers for the driver (Note [Thread devices]).
+int device_count() {
+  if (!c10::impl::hasDeviceGuardImpl(at::kCUDA)) return 0;
+  return static_cast<int>(c10::impl::getDeviceGuardImpl(at::kCUDA)->deviceCount());
+}
 
 at::Device local_device(at::Device asked, std::optional<int> local_rank) {
   if (!local_rank && asked.is_cuda() && !asked.has_index()) {  // LOCAL_RANK only when it decides

@@ -77,8 +77,11 @@ class NcclGroup : public ProcessGroup {
     }
   }
   ~NcclGroup() override {
-    // Without shutdown() c10d warns at exit that the group was not destroyed; a failure here
-    // (an aborted communicator) has nothing left to report to.
+    // The inspector first: its thread asks our works whether they completed, which reads the
+    // communicator that shutdown() destroys. Without shutdown() c10d warns at exit that the
+    // group was not destroyed; a failure here (an aborted communicator) has nothing left to
+    // report to.
+    stop_stall_inspector();
     try {
       pg_->shutdown();
     } catch (const std::exception&) {

@@ -31,7 +31,7 @@ class StagedGroup : public ProcessGroup {
  public:
   StagedGroup(std::shared_ptr<ProcessGroup> host, Options options)
       : ProcessGroup(host->rank(), host->size(), options), host_(std::move(host)),
-        issuer_(options.timeout, where(), backend()) {
+        issuer_(options.timeout, where(), backend(), options.device) {
     TORCH_CHECK(host_->options().device.is_cpu(), where(), "a staged group needs a CPU group "
                 "underneath, got one on ", host_->options().device);
   }
