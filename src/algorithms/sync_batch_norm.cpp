@@ -7,7 +7,7 @@
 #include <sstream>
 
 #include "runtime/compat/autograd.h"
-#include "comm/control.h"
+#include "comm/coordination/control.h"
 #include "algorithms/sync_batch_norm_detail.h"
 
 namespace dpx {

@@ -7,7 +7,7 @@
 #include <sstream>
 
 #include "runtime/compat/optimizer.h"
-#include "comm/control.h"
+#include "comm/coordination/control.h"
 #include "ddp/model_sync.h"
 #include "algorithms/zero_partition.h"
 

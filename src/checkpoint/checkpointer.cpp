@@ -15,7 +15,7 @@
 #include "dpx/store/errors.h"
 #include "dpx/runtime/cuda.h"
 #include "checkpoint/torch_checkpoint.h"
-#include "comm/control.h"
+#include "comm/coordination/control.h"
 
 namespace dpx {
 namespace {

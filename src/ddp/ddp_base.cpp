@@ -8,7 +8,7 @@
 #include "dpx/store/errors.h"
 #include "dpx/runtime/env.h"
 #include "dpx/ddp/bucket_assignment.h"
-#include "comm/control.h"
+#include "comm/coordination/control.h"
 #include "dpx/observe/timeline.h"
 #include "ddp/model_sync.h"
 #include "ddp/reducer.h"

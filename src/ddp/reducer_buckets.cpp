@@ -15,7 +15,7 @@
 #include <nlohmann/json.hpp>
 
 #include "dpx/ddp/bucket_assignment.h"
-#include "comm/control.h"
+#include "comm/coordination/control.h"
 #include "runtime/env_read.h"
 
 namespace dpx::detail {

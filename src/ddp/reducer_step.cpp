@@ -10,7 +10,7 @@
 #include <unordered_set>
 
 #include "dpx/store/errors.h"
-#include "comm/control.h"
+#include "comm/coordination/control.h"
 #include "ddp/sparse_reduce.h"
 #include "dpx/observe/timeline.h"
 

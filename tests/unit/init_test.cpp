@@ -3,7 +3,7 @@
 
 #include <torch/torch.h>
 
-#include "comm/init_url.h"
+#include "comm/init/init_url.h"
 #include "dpx/dpx.h"
 
 namespace dpx {

@@ -4,9 +4,9 @@
 
 #include <functional>
 
-#include "comm/setup/factory.h"
-#include "comm/consistency.h"
-#include "comm/issuer.h"
+#include "comm/init/factory.h"
+#include "comm/coordination/consistency.h"
+#include "comm/coordination/issuer.h"
 #include "comm/setup/placement.h"
 #include "comm/backends/shm/process_group_shm.h"
 #include "dpx/comm/errors.h"

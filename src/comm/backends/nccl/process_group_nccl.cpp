@@ -4,8 +4,8 @@
 
 #include <string>
 
-#include "comm/setup/factory.h"
-#include "comm/consistency.h"
+#include "comm/init/factory.h"
+#include "comm/coordination/consistency.h"
 #include "comm/backends/nccl/translate.h"
 #include "dpx/store/errors.h"
 

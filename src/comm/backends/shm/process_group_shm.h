@@ -13,7 +13,7 @@
 #include <mutex>
 #include <thread>
 
-#include "comm/setup/factory.h"
+#include "comm/init/factory.h"
 #include "comm/backends/shm/algorithms.h"
 #include "comm/backends/shm/channel.h"
 #include "comm/backends/shm/segment.h"

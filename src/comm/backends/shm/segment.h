@@ -27,7 +27,7 @@
 #include <memory>
 #include <string>
 
-#include "comm/consistency.h"
+#include "comm/coordination/consistency.h"
 #include "dpx/store/store.h"
 
 namespace dpx::detail::shm {

@@ -5,9 +5,9 @@
 #include <string>
 #include <thread>
 
-#include "comm/setup/factory.h"
+#include "comm/init/factory.h"
 #include "comm/copy_back_work.h"
-#include "comm/issuer.h"
+#include "comm/coordination/issuer.h"
 #include "runtime/cuda/stream_mark.h"
 #include "dpx/store/errors.h"
 

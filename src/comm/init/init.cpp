@@ -5,8 +5,8 @@
 #include <sys/socket.h>
 
 #include "comm/setup/backend.h"
-#include "comm/setup/factory.h"
-#include "comm/init_url.h"
+#include "comm/init/factory.h"
+#include "comm/init/init_url.h"
 #include "store/job_token.h"
 #include "dpx/store/errors.h"
 #include "dpx/runtime/cuda.h"

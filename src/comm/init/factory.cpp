@@ -1,4 +1,4 @@
-#include "comm/setup/factory.h"
+#include "comm/init/factory.h"
 
 #include <c10/util/Exception.h>
 
