@@ -3,7 +3,7 @@
 // collective, copy back); the CUDA variants, and the nccl group, need a CUDA device.
 #include <torch/torch.h>
 
-#include "comm/init/factory.h"
+#include "comm/backends/staged/process_group_staged.h"
 #include "dpx/dpx.h"
 #include "harness.h"
 

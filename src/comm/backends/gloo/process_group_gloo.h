@@ -3,7 +3,7 @@
 
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 
-#include "comm/init/factory.h"
+#include "comm/backends/backend_args.h"
 #include "comm/coordination/consistency.h"
 #include "comm/coordination/issuer.h"
 #include "dpx/comm/process_group.h"
@@ -39,5 +39,7 @@ class GlooGroup : public ProcessGroup {
   c10::intrusive_ptr<c10d::ProcessGroupGloo> pg_;
   std::unique_ptr<Issuer> issuer_;  // with more than one rank
 };
+
+std::shared_ptr<ProcessGroup> make_gloo_group(const BackendArgs& args);
 
 }  // namespace dpx::detail

@@ -1,10 +1,11 @@
 // The nccl backend: c10d's ProcessGroupNCCL behind dpx's interface, one CUDA device per rank
 // (docs/backends.md says why it wraps c10d rather than calling NCCL itself).
+#include "comm/backends/nccl/process_group_nccl.h"
+
 #include <c10/util/Exception.h>
 
 #include <string>
 
-#include "comm/init/factory.h"
 #include "comm/coordination/consistency.h"
 #include "comm/backends/nccl/translate.h"
 #include "dpx/store/errors.h"

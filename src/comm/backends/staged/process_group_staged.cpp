@@ -1,11 +1,12 @@
 // Device tensors over a host backend (Note [Staged collectives]).
+#include "comm/backends/staged/process_group_staged.h"
+
 #include <c10/util/Exception.h>
 
 #include <chrono>
 #include <string>
 #include <thread>
 
-#include "comm/init/factory.h"
 #include "comm/copy_back_work.h"
 #include "comm/coordination/issuer.h"
 #include "runtime/cuda/stream_mark.h"
