@@ -5,9 +5,9 @@
 
 #include <torch/torch.h>
 
-#include "ddp_models.h"
+#include "multiproc/ddp_models.h"
 #include "dpx/dpx.h"
-#include "harness.h"
+#include "support/harness.h"
 
 namespace dpx::test {
 

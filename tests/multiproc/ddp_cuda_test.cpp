@@ -3,7 +3,7 @@
 // The parent never touches CUDA (a forked child could not use it then): a child counts GPUs.
 #include <torch/torch.h>
 
-#include "cuda_ranks.h"
+#include "multiproc/cuda_ranks.h"
 
 namespace dpx {
 namespace {

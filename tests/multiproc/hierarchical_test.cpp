@@ -4,12 +4,12 @@
 // disagree, a lost rank.
 #include <torch/torch.h>
 
-#include "ddp_models.h"
+#include "multiproc/ddp_models.h"
 #include "dpx/dpx.h"
-#include "expect_throws.h"
-#include "harness.h"
-#include "launcher_harness.h"
-#include "netns_hosts.h"
+#include "support/expect_throws.h"
+#include "support/harness.h"
+#include "support/launcher_harness.h"
+#include "support/netns_hosts.h"
 
 namespace dpx::test {
 namespace {

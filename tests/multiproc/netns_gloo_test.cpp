@@ -8,8 +8,8 @@
 #include <iterator>
 
 #include "store/route.h"
-#include "launcher_harness.h"
-#include "netns_hosts.h"
+#include "support/launcher_harness.h"
+#include "support/netns_hosts.h"
 
 namespace dpx::test {
 namespace {

@@ -14,9 +14,9 @@
 
 #include "store/tcp_protocol.h"
 #include "dpx/dpx.h"
-#include "expect_throws.h"
-#include "harness.h"
-#include "launcher_harness.h"
+#include "support/expect_throws.h"
+#include "support/harness.h"
+#include "support/launcher_harness.h"
 
 namespace dpx {
 namespace {

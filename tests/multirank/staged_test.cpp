@@ -5,7 +5,7 @@
 
 #include "comm/backends/staged/process_group_staged.h"
 #include "dpx/dpx.h"
-#include "harness.h"
+#include "support/harness.h"
 
 namespace dpx {
 namespace {

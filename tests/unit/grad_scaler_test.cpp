@@ -7,7 +7,7 @@
 
 #include "dpx/amp/autocast.h"
 #include "dpx/amp/grad_scaler.h"
-#include "expect_throws.h"
+#include "support/expect_throws.h"
 
 namespace dpx {
 namespace {

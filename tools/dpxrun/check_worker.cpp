@@ -10,10 +10,10 @@
 #include <torch/torch.h>
 #include <torch/version.h>
 
-#include "check.h"
+#include "dpxrun/check.h"
 #include "dpx/comm/diagnostics.h"
 #include "dpx/dpx.h"
-#include "net.h"
+#include "dpxrun/net.h"
 
 namespace dpxrun {
 namespace {

@@ -1,4 +1,4 @@
-#include "config.h"
+#include "dpxrun/config.h"
 
 #include <CLI/CLI.hpp>
 #include <unistd.h>
@@ -12,7 +12,7 @@
 #include <thread>
 
 #include "dpx/runtime/cuda.h"
-#include "slurm.h"
+#include "dpxrun/slurm_step.h"
 
 namespace dpxrun {
 namespace {

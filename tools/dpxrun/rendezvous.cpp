@@ -1,4 +1,4 @@
-#include "rendezvous.h"
+#include "dpxrun/rendezvous.h"
 
 #include <algorithm>
 #include <chrono>
@@ -10,8 +10,8 @@
 #include <vector>
 
 #include "dpx/store/errors.h"
-#include "net.h"
-#include "route.h"  // src/store/route.h
+#include "dpxrun/net.h"
+#include "store/route.h"
 
 namespace dpxrun {
 namespace {

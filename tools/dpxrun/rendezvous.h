@@ -23,7 +23,7 @@
 #include <memory>
 #include <string>
 
-#include "config.h"
+#include "dpxrun/config.h"
 #include "dpx/store/store.h"
 
 namespace dpxrun {

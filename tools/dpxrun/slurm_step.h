@@ -4,7 +4,7 @@
 #include <set>
 #include <string>
 
-#include "config.h"
+#include "dpxrun/config.h"
 
 namespace dpxrun {
 

@@ -14,7 +14,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "command.h"
+#include "bench/command.h"
 #include "dpx/dpx.h"
 
 namespace dpx::bench {
