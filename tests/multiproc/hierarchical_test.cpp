@@ -147,8 +147,8 @@ TEST(Hierarchical, AutoKeepsGlooWithOneRankPerHost) {
   });
 }
 
-// Note [What a host is]: shared memory crosses network namespaces (one kernel, one pid
-// namespace), so asking for shm there still works; `auto` treats them as hosts.
+// Shared memory crosses network namespaces (one kernel, one pid namespace), so asking for shm
+// there still works; `auto` treats them as hosts (Note [What a host is]).
 TEST(Hierarchical, ShmAskedForStillJoinsRanksInTwoNetworkNamespaces) {
   SKIP_WITHOUT_NETNS();
   run_on_hosts(hosts, {true, false}, [](int rank, std::shared_ptr<Store> store) {

@@ -229,8 +229,8 @@ TEST(StoreFaults, AClientWithoutTheJobTokenIsRefused) {
   test::expect_all_ok(results);
 }
 
-// Note [Listening on a name]: this machine's own name, which /etc/hosts maps to a loopback
-// address, is how the other hosts name it; the store must not hide on loopback then.
+// This machine's own name, which /etc/hosts maps to a loopback address, is how the other hosts
+// name it; the store must not hide on loopback then (Note [Listening on a name]).
 TEST(StoreFaults, AHostNameThatResolvesToLoopbackHereIsServedOnEveryInterface) {
   char name[256] = {};
   ASSERT_EQ(::gethostname(name, sizeof(name) - 1), 0);

@@ -70,8 +70,8 @@ class Rendezvous {
   FinishResult finish(double timeout_seconds);
 
   std::shared_ptr<dpx::Store> store() const { return store_; }
-  // Where workers reach the store (DPX_AGENT_STORE: "dpx://" marks dpx's own store, Note
-  // [Rendezvous stores]) and key prefix for heartbeats.
+  // Where workers reach the store (DPX_AGENT_STORE: "dpx://" marks dpx's own store,
+  // Note [Rendezvous stores]) and key prefix for heartbeats.
   std::string store_address() const {
     return (config_.is_static() ? "" : "dpx://") + store_host_ + ":" +
            std::to_string(store_->port());
