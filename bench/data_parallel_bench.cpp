@@ -22,8 +22,8 @@ namespace dpx::bench {
 namespace {
 
 // conv 32, conv 64, max-pool, fc 128, fc 10: PyTorch's MNIST example network, as FashionCnn in
-// bench_models.h, but Cloneable (DataParallel replicates it). Not the CNN of examples/fashion_mnist,
-// which pads its convolutions and pools after each.
+// bench_models.h, but Cloneable (DataParallel replicates it). Not the CNN of
+// examples/fashion_mnist, which pads its convolutions and pools after each.
 struct CnnImpl : torch::nn::Cloneable<CnnImpl> {
   CnnImpl() { reset(); }
   void reset() override {
