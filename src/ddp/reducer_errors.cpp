@@ -1,6 +1,7 @@
 // The texts of the errors a DDP step raises where PyTorch's reducer raises them (the wording
 // follows PyTorch's, so that its users' searches find them). The checks themselves stay where
-// the step runs, in reducer_step.cpp; a message is built only when its check fails.
+// the step runs (reducer_forward.cpp, reducer_step.cpp); a message is built only when its check
+// fails.
 #include "ddp/reducer.h"
 
 namespace dpx::detail {
