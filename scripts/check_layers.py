@@ -150,12 +150,12 @@ def check_include(repo, path, unit, form, name):
                     f"{', '.join(d + '/' for d in include_dirs(path))}")
         return None  # LibTorch's, the standard library's
     target = found[0]
-    theirs = unit_of(target)
-    if theirs is None or theirs is unit:
-        return None
     if path.startswith("include/dpx/") and not target.startswith("include/dpx/"):
         return (f"{path} (a public header) includes {spelled} ({target}): public headers are "
                 f"installed without src/, so they include only public headers")
+    theirs = unit_of(target)
+    if theirs is None or theirs is unit:
+        return None
     allowed = ONLY.get(unit[0])
     if allowed is not None:
         if any(_matches(target, p) >= 0 for p in allowed):

@@ -57,6 +57,8 @@ CASES = [
      inc("comm/coordination/issuer.h"), "up the layers"),
     ("public header -> src/", "include/dpx/comm/work.h", inc("store/round.h"),
      "public header"),
+    ("public header -> its own layer's src/", "include/dpx/ddp/future.h", inc("ddp/reducer.h"),
+     "public header"),
     ("dpxrun -> src/comm", "tools/dpxrun/net.cpp", inc("comm/setup/placement.h"),
      "includes only"),
     ("bench -> src/ through the repository root", "bench/main.cpp", inc("src/ddp/reducer.h"),
