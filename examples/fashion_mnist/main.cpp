@@ -186,8 +186,8 @@ class Report {
   }
 
   // After each step: `seen` samples of this epoch so far on this rank; `last`, the step limit.
-  void step(int64_t epoch, int64_t step, int64_t seen, double loss, bool last,
-            dpx::DistributedDataParallel& ddp) {
+  template <typename Ddp>
+  void step(int64_t epoch, int64_t step, int64_t seen, double loss, bool last, Ddp& ddp) {
     loss_sum_ += loss;
     ++steps_;
     const double rate = steps_ * flags_.batch_size * world_ / (seconds() - epoch_start_);
