@@ -11,10 +11,10 @@
 #include <string>
 #include <vector>
 
-#include "command.h"
+#include "bench/command.h"
 #include "dpx/comm/init.h"
-#include "stats.h"
-#include "timing.h"
+#include "bench/stats.h"
+#include "bench/timing.h"
 
 namespace dpx::bench {
 

@@ -5,7 +5,7 @@
 #include <cstdio>
 #include <exception>
 
-#include "command.h"
+#include "bench/command.h"
 
 namespace dpx::bench {
 

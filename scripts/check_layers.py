@@ -1,84 +1,196 @@
 #!/usr/bin/env python3
-"""Fails when a quoted #include goes up dpx's layer order (docs/architecture.md).
+"""Fails when an #include goes against dpx's layer order (docs/architecture.md).
 
-Each file of the library (src/, include/dpx/) and of the programs on top of it belongs to the
-layer of the first pattern in LAYERS that matches its path; a file may include files of its own
-layer and of the layers below, never above. An include that names no file of the repository
-(LibTorch's, the standard library's) is not checked; one that names a file no pattern matches
-is an error too, so a new folder has to be placed in the order before it builds in CI.
+Every file under ROOTS that holds an #include directive is read, whatever its extension (.h,
+.cpp, .inl, .cuh, ...), and both forms are checked, "quoted" and <angled>. An include names a
+repository file when it is found as the compiler finds it: beside the includer (quoted form
+only) or under one of the include folders of the includer's program (INCLUDE_DIRS). Then:
+  1. It names its folder: found under an include folder, never beside the includer alone, so
+     "comm/coordination/control.h", not "control.h" (and no file is found through an include
+     path its readers do not see). A quoted include that names no repository file is an error:
+     dpx quotes only its own files.
+  2. The includer's unit may include it (UNITS): a unit includes its own files and those of the
+     units of a lower rank; units of one rank are independent, neither includes the other. A
+     unit with a list of its own (ONLY) includes nothing else, and a public header (include/dpx/)
+     includes only public headers, since they are installed without src/.
+A file with an #include in no unit is an error too, so a new folder has to be placed here
+before it builds in CI. scripts/check_layers_test.py plants each kind of violation in a copy of
+the tree and expects this check to fail on it.
 
-  python3 scripts/check_layers.py [REPO]      prints each upward include; exit 1 if any
+  python3 scripts/check_layers.py [REPO]      prints each problem; exit 1 if any
 """
-import fnmatch
 import os
 import re
 import sys
 
-# Bottom up; each folder is one layer (docs/architecture.md). Patterns are fnmatch patterns on
-# paths relative to the repository root ('*' crosses '/'); a path takes the first that matches.
-LAYERS = [
-    ("compat", ["src/runtime/compat/*"]),
-    ("runtime", ["src/runtime/*", "include/dpx/runtime/*"]),
-    ("data", ["src/data/*", "include/dpx/data/*"]),
-    ("store", ["src/store/*", "include/dpx/store/*"]),
-    ("observe", ["src/observe/*", "include/dpx/observe/*"]),
-    ("comm", ["src/comm/*", "include/dpx/comm/*"]),
-    ("ddp, data_parallel", ["src/ddp/*", "include/dpx/ddp/*", "src/data_parallel/*",
-                            "include/dpx/data_parallel/*"]),
-    ("algorithms, amp", ["src/algorithms/*", "include/dpx/algorithms/*", "src/amp/*",
-                         "include/dpx/amp/*"]),
-    ("checkpoint, launch", ["src/checkpoint/*", "include/dpx/checkpoint/*", "src/launch/*",
-                            "include/dpx/launch/*"]),
-    ("programs", ["include/dpx/dpx.h", "tools/*", "bench/*", "examples/*"]),
+# Bottom up (docs/architecture.md): (unit, rank, folders). "dir/*" holds the files directly in
+# dir, "dir/**" those at any depth below it, a plain path that one file. A path belongs to the
+# unit of the longest folder that holds it, so src/comm/backends/shm/ is its own unit while the
+# files at the top of src/comm/ are "comm", and a new folder under src/comm/ is in no unit
+# until it is given one here.
+UNITS = [
+    ("compat", 0, ["src/runtime/compat/*"]),
+    ("runtime", 1, ["src/runtime/**", "include/dpx/runtime/*"]),
+    ("data", 2, ["src/data/*", "include/dpx/data/*"]),
+    ("store", 3, ["src/store/*", "include/dpx/store/*"]),
+    ("observe", 4, ["src/observe/**", "include/dpx/observe/*"]),
+    # comm, bottom up: the interface (ProcessGroup, Work); the mechanisms every backend shares
+    # (coordination/) beside the pure set-up decisions (setup/); what backends share (c10d/,
+    # backend_args.h); the backends, each on its own; hierarchical, made of shm and gloo
+    # groups; init/, which parses init_process_group's arguments and makes the group.
+    ("comm", 5, ["src/comm/*", "include/dpx/comm/*"]),
+    ("comm/coordination", 6, ["src/comm/coordination/*"]),
+    ("comm/setup", 6, ["src/comm/setup/*"]),
+    ("comm/backends", 7, ["src/comm/backends/*"]),
+    ("comm/backends/c10d", 7, ["src/comm/backends/c10d/*"]),
+    ("comm/backends/shm", 8, ["src/comm/backends/shm/*"]),
+    ("comm/backends/gloo", 8, ["src/comm/backends/gloo/*"]),
+    ("comm/backends/nccl", 8, ["src/comm/backends/nccl/*"]),
+    ("comm/backends/staged", 8, ["src/comm/backends/staged/*"]),
+    ("comm/backends/hierarchical", 9, ["src/comm/backends/hierarchical/*"]),
+    ("comm/init", 10, ["src/comm/init/*"]),
+    ("ddp", 11, ["src/ddp/*", "include/dpx/ddp/*"]),
+    ("data_parallel", 11, ["src/data_parallel/*", "include/dpx/data_parallel/*"]),
+    ("algorithms", 12, ["src/algorithms/*", "include/dpx/algorithms/*"]),
+    ("amp", 12, ["src/amp/*", "include/dpx/amp/*"]),
+    ("checkpoint", 13, ["src/checkpoint/*", "include/dpx/checkpoint/*"]),
+    ("launch", 13, ["src/launch/*", "include/dpx/launch/*"]),
+    ("dpx.h", 14, ["include/dpx/dpx.h"]),
+    ("dpxrun", 14, ["tools/dpxrun/*"]),
+    ("bench", 14, ["bench/**"]),
+    ("examples", 14, ["examples/**"]),
+    ("tests", 15, ["tests/**"]),
 ]
-ROOTS = ["src", "include/dpx", "tools", "bench", "examples"]
-INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.M)
+# Units that include only these folders besides their own: the launcher talks to workers
+# through the environment and the store, so it sees the public headers and src/store alone;
+# benchmarks and examples use dpx as its users do.
+ONLY = {
+    "dpxrun": ["include/dpx/**", "src/store/*"],
+    "bench": ["include/dpx/**"],
+    "examples": ["include/dpx/**"],
+}
+# Where the compiler looks for each program's includes (CMakeLists.txt, tools/dpxrun/,
+# bench/, tests/): the first folder a path starts with picks the list. Public headers are
+# compiled with the library's, so src/ is seen from them too (and the rule on public headers
+# says what is wrong when one includes it).
+INCLUDE_DIRS = [
+    ("src/", ["src", "include"]),
+    ("include/", ["include", "src"]),
+    ("tools/", ["tools", "src", "include"]),
+    ("bench/", [".", "include"]),
+    ("examples/", ["include"]),
+    ("tests/", ["tests", "src", "include"]),
+]
+ROOTS = [root.rstrip("/") for root, _ in INCLUDE_DIRS]
+INCLUDE = re.compile(r'^[ \t]*#[ \t]*include[ \t]*([<"])([^>"\n]+)[>"]', re.M)
 
 
-def layer_of(path):
-    for rank, (_, patterns) in enumerate(LAYERS):
-        if any(fnmatch.fnmatch(path, p) for p in patterns):
-            return rank
-    return None
+def _matches(path, pattern):
+    """How specific `pattern` is for `path` (its length), or -1 if it does not hold it."""
+    if pattern.endswith("/**"):
+        return len(pattern) - 3 if path.startswith(pattern[:-2]) else -1
+    if pattern.endswith("/*"):
+        folder = pattern[:-2]
+        return len(folder) if os.path.dirname(path) == folder else -1
+    return len(pattern) + 1 if path == pattern else -1
 
 
-def resolve(repo, includer, name):
-    """The repository path an include names: beside the includer, under src/ or include/."""
-    for base in (os.path.dirname(includer), "src", "include"):
-        candidate = os.path.normpath(os.path.join(base, name))
-        if os.path.isfile(os.path.join(repo, candidate)):
-            return candidate
-    return None
+def unit_of(path):
+    best, best_len = None, -1
+    for unit in UNITS:
+        for pattern in unit[2]:
+            n = _matches(path, pattern)
+            if n > best_len:
+                best, best_len = unit, n
+    return best
+
+
+def include_dirs(path):
+    for prefix, dirs in INCLUDE_DIRS:
+        if path.startswith(prefix):
+            return dirs
+    return []
+
+
+def find(repo, base, name):
+    candidate = os.path.normpath(os.path.join(base, name))
+    if candidate.startswith("..") or not os.path.isfile(os.path.join(repo, candidate)):
+        return None
+    return candidate
 
 
 def sources(repo):
+    """Every file under ROOTS that holds an #include, whatever its extension."""
     for root in ROOTS:
-        for folder, _, files in os.walk(os.path.join(repo, root)):
-            for f in files:
-                if f.endswith((".h", ".hpp", ".cpp", ".cu")):
-                    yield os.path.relpath(os.path.join(folder, f), repo)
+        for folder, dirs, files in os.walk(os.path.join(repo, root)):
+            dirs[:] = sorted(d for d in dirs if not d.startswith("."))
+            for f in sorted(files):
+                path = os.path.relpath(os.path.join(folder, f), repo)
+                try:
+                    with open(os.path.join(repo, path), encoding="utf-8") as fh:
+                        text = fh.read()
+                except (UnicodeDecodeError, OSError):
+                    continue  # binary data (test fixtures), not source
+                includes = INCLUDE.findall(text)
+                if includes:
+                    yield path, includes
+
+
+def check_include(repo, path, unit, form, name):
+    """The problem with `path` including `name` (form '"' or '<'), or None."""
+    spelled = f'"{name}"' if form == '"' else f"<{name}>"
+    found = [t for t in (find(repo, d, name) for d in include_dirs(path)) if t]
+    if not found:
+        beside = find(repo, os.path.dirname(path), name) if form == '"' else None
+        if beside:
+            return (f"{path} includes {spelled}: name its folder, as {beside} is found from "
+                    f"{' or '.join(d + '/' for d in include_dirs(path))}")
+        if form == '"':
+            return (f"{path} includes {spelled}, which is no file under "
+                    f"{', '.join(d + '/' for d in include_dirs(path))}")
+        return None  # LibTorch's, the standard library's
+    target = found[0]
+    if path.startswith("include/dpx/") and not target.startswith("include/dpx/"):
+        return (f"{path} (a public header) includes {spelled} ({target}): public headers are "
+                f"installed without src/, so they include only public headers")
+    theirs = unit_of(target)
+    if theirs is None or theirs is unit:
+        return None
+    allowed = ONLY.get(unit[0])
+    if allowed is not None:
+        if any(_matches(target, p) >= 0 for p in allowed):
+            return None
+        return (f"{path} ({unit[0]}) includes {spelled} ({theirs[0]}): {unit[0]} includes only "
+                f"{', '.join(allowed)}")
+    if theirs[1] > unit[1]:
+        return (f"{path} ({unit[0]}) includes {spelled} ({theirs[0]}): an include may not go "
+                f"up the layers")
+    if theirs[1] == unit[1]:
+        return (f"{path} ({unit[0]}) includes {spelled} ({theirs[0]}): {unit[0]} and "
+                f"{theirs[0]} share a rank, so neither includes the other")
+    return None
+
+
+def check(repo):
+    problems, files = [], 0
+    for path, includes in sources(repo):
+        files += 1
+        unit = unit_of(path)
+        if unit is None:
+            problems.append(f"{path}: in no unit; add its folder to UNITS in "
+                            f"scripts/check_layers.py")
+            continue
+        for form, name in includes:
+            problem = check_include(repo, path, unit, form, name.strip())
+            if problem:
+                problems.append(problem)
+    return problems, files
 
 
 def main():
     repo = sys.argv[1] if len(sys.argv) > 1 else os.path.dirname(os.path.dirname(
         os.path.abspath(__file__)))
-    problems, files = [], 0
-    for path in sorted(sources(repo)):
-        files += 1
-        mine = layer_of(path)
-        if mine is None:
-            problems.append(f"{path}: in no layer; add its folder to LAYERS in {__file__}")
-            continue
-        with open(os.path.join(repo, path), encoding="utf-8") as f:
-            text = f.read()
-        for name in INCLUDE.findall(text):
-            target = resolve(repo, path, name)
-            if target is None:
-                continue
-            theirs = layer_of(target)
-            if theirs is not None and theirs > mine:
-                problems.append(f'{path} ({LAYERS[mine][0]}) includes "{name}" '
-                                f"({LAYERS[theirs][0]}): an include may not go up the layers")
+    problems, files = check(repo)
     for p in problems:
         print(p)
     print(f"check_layers: {files} files, {len(problems)} problem(s)")

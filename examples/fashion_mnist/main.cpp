@@ -140,53 +140,119 @@ std::pair<double, double> evaluate(Net& net, const dpx::FashionMNIST& test, dpx:
           sums[1].item<double>() / sums[2].item<double>()};
 }
 
+// The data sets, and this rank's sampler over the training set. --train-limit shrinks both
+// without a copy: the sampler draws from the first train_size images only, evaluation reads the
+// first test_size.
+struct Data {
+  Data(const Flags& flags, const dpx::ProcessGroup& pg)
+      : train(flags.data_dir, dpx::FashionMNIST::Mode::kTrain),
+        test(flags.data_dir, dpx::FashionMNIST::Mode::kTest),
+        train_size(flags.train_limit > 0 ? flags.train_limit : *train.size()),
+        test_size(flags.train_limit > 0 ? std::max<int64_t>(1, flags.train_limit / 6)
+                                        : *test.size()),
+        sampler(train_size, pg.size(), pg.rank(), {.shuffle = true, .seed = 0}) {}
+  dpx::FashionMNIST train, test;
+  size_t train_size;
+  int64_t test_size;
+  dpx::DistributedSampler sampler;
+};
+
+// Loads the newest checkpoint into the model and the optimizer, if there is one, and returns
+// where training resumes.
+dpx::TrainingProgress resume(dpx::Checkpointer& checkpointer, Net& net,
+                             torch::optim::Optimizer& optimizer, const Flags& flags, bool lead) {
+  auto resumed = checkpointer.load_latest(*net, optimizer);
+  if (!resumed) return {};
+  if (lead) std::fprintf(stderr, "resumed from checkpoint at epoch %lld step %lld\n",
+                         (long long)resumed->epoch + 1, (long long)resumed->step);
+  if (lead && resumed->epoch >= flags.epochs)
+    std::fprintf(stderr, "already trained for %lld epochs; remove %s to start over\n",
+                 (long long)flags.epochs, flags.checkpoint_dir.c_str());
+  return *resumed;
+}
+
+// Rank 0's account of the training: a progress bar on stderr and JSON lines in the metrics file
+// (scripts/plot_metrics.sh). The other ranks say nothing.
+class Report {
+ public:
+  Report(const Flags& flags, const dpx::ProcessGroup& pg, const dpx::DistributedSampler& sampler)
+      : flags_(flags), lead_(pg.rank() == 0), world_(pg.size()), sampler_(sampler) {
+    if (lead_) metrics_.open(flags.metrics_file, std::ios::app);
+    start_ = std::chrono::steady_clock::now();
+  }
+
+  void start_epoch() {
+    loss_sum_ = 0, steps_ = 0, epoch_start_ = seconds();
+  }
+
+  // After each step: `seen` samples of this epoch so far on this rank; `last`, the step limit.
+  template <typename Ddp>
+  void step(int64_t epoch, int64_t step, int64_t seen, double loss, bool last, Ddp& ddp) {
+    loss_sum_ += loss;
+    ++steps_;
+    const double rate = steps_ * flags_.batch_size * world_ / (seconds() - epoch_start_);
+    if (lead_ && (steps_ % 20 == 0 || seen == (int64_t)sampler_.num_samples() || last)) {
+      progress_bar(epoch, flags_.epochs, seen * world_, sampler_.total_size(), rate,
+                   loss_sum_ / steps_);
+      append_metrics(metrics_, {{"type", "train"}, {"epoch", epoch + 1}, {"step", step},
+                                {"loss", loss_sum_ / steps_}, {"samples_per_s", rate},
+                                {"elapsed_s", seconds()}});
+    }
+    if (lead_ && step % flags_.report_every == 0) {
+      const auto stats = nlohmann::ordered_json::parse(dpx::to_json(ddp->stats()));
+      append_metrics(metrics_, {{"type", "ddp"}, {"step", step}, {"stats", stats}});
+    }
+  }
+
+  void evaluated(int64_t epoch, int64_t step, double test_loss, double accuracy) {
+    if (!lead_) return;
+    std::fprintf(stderr, "epoch %lld: test accuracy %.2f%%, test loss %.4f, %.1f s\n",
+                 (long long)epoch + 1, 100 * accuracy, test_loss, seconds());
+    append_metrics(metrics_, {{"type", "eval"}, {"epoch", epoch + 1}, {"step", step},
+                              {"test_loss", test_loss}, {"test_accuracy", accuracy},
+                              {"elapsed_s", seconds()}});
+  }
+
+ private:
+  double seconds() const {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
+  }
+
+  const Flags& flags_;
+  const bool lead_;
+  const int world_;
+  const dpx::DistributedSampler& sampler_;
+  std::ofstream metrics_;
+  std::chrono::steady_clock::time_point start_;
+  double loss_sum_ = 0, epoch_start_ = 0;
+  int64_t steps_ = 0;
+};
+
 }  // namespace
 
+// The training loop: what a rank does, step by step; its set-up is in the helpers above.
 int run(const Flags& flags) {
   torch::set_num_threads(1);  // one core per rank; the ranks are the parallelism
   // "cuda": this worker's GPU, cuda:LOCAL_RANK; the group's backend follows (docs/backends.md).
   const auto device = dpx::cuda::local_device(torch::Device(flags.device));
   auto pg = dpx::init_process_group({.backend = flags.backend, .device = device});
-  const bool lead = pg->rank() == 0;
   torch::manual_seed(0);  // the same initial model on every rank (DDP broadcasts rank 0's anyway)
-
-  dpx::FashionMNIST train_data(flags.data_dir, dpx::FashionMNIST::Mode::kTrain);
-  dpx::FashionMNIST test_data(flags.data_dir, dpx::FashionMNIST::Mode::kTest);
-  // The sampler only draws from the first train_size images: --train-limit needs no copy.
-  const size_t train_size = flags.train_limit > 0 ? flags.train_limit : *train_data.size();
-  const int64_t test_size = flags.train_limit > 0 ? std::max<int64_t>(1, flags.train_limit / 6)
-                                                  : *test_data.size();
-  dpx::DistributedSampler sampler(train_size, pg->size(), pg->rank(), {.shuffle = true, .seed = 0});
-  auto loader = torch::data::make_data_loader(prepared(train_data), sampler,
+  Data data(flags, *pg);
+  auto loader = torch::data::make_data_loader(prepared(data.train), data.sampler,
                                               torch::data::DataLoaderOptions(flags.batch_size));
-
   Net net;
   net->to(device);
   torch::optim::Adam optimizer(net->parameters(), torch::optim::AdamOptions(flags.lr));
   dpx::Checkpointer checkpointer({.directory = flags.checkpoint_dir, .map_location = device}, pg);
-  dpx::TrainingProgress progress;
-  if (auto resumed = checkpointer.load_latest(*net, optimizer)) {
-    progress = *resumed;
-    if (lead) std::fprintf(stderr, "resumed from checkpoint at epoch %lld step %lld\n",
-                           (long long)progress.epoch + 1, (long long)progress.step);
-    if (lead && progress.epoch >= flags.epochs)
-      std::fprintf(stderr, "already trained for %lld epochs; remove %s to start over\n",
-                   (long long)flags.epochs, flags.checkpoint_dir.c_str());
-  }
+  dpx::TrainingProgress progress = resume(checkpointer, net, optimizer, flags, pg->rank() == 0);
   dpx::DistributedDataParallel ddp(net, pg);
-  std::ofstream metrics;
-  if (lead) metrics.open(flags.metrics_file, std::ios::app);
+  Report report(flags, *pg, data.sampler);
 
-  const auto start = std::chrono::steady_clock::now();
-  auto seconds = [&] {
-    return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  };
   auto step_limit_reached = [&] { return flags.max_steps >= 0 && progress.step >= flags.max_steps; };
   for (int64_t epoch = progress.epoch; epoch < flags.epochs && !step_limit_reached(); ++epoch) {
-    sampler.resume(epoch, epoch == progress.epoch ? progress.sampler_position : 0);
     int64_t seen = epoch == progress.epoch ? progress.sampler_position : 0;
-    double loss_sum = 0, epoch_start = seconds();
-    int64_t steps = 0;
+    data.sampler.resume(epoch, seen);
+    report.start_epoch();
     for (auto& batch : *loader) {
       optimizer.zero_grad();
       auto loss = torch::nn::functional::cross_entropy(ddp->forward(batch.data.to(device)),
@@ -197,39 +263,21 @@ int run(const Flags& flags) {
         optimizer.step();
       }
       seen += batch.data.size(0);
-      loss_sum += loss.item<double>();
-      ++steps, ++progress.step;
-      const double rate = steps * flags.batch_size * pg->size() / (seconds() - epoch_start);
-      if (lead && (steps % 20 == 0 || seen == (int64_t)sampler.num_samples() || step_limit_reached())) {
-        progress_bar(epoch, flags.epochs, seen * pg->size(), sampler.total_size(), rate,
-                     loss_sum / steps);
-        append_metrics(metrics, {{"type", "train"}, {"epoch", epoch + 1}, {"step", progress.step},
-                                 {"loss", loss_sum / steps}, {"samples_per_s", rate},
-                                 {"elapsed_s", seconds()}});
-      }
-      if (lead && progress.step % flags.report_every == 0) {
-        const auto stats = nlohmann::ordered_json::parse(dpx::to_json(ddp->stats()));
-        append_metrics(metrics, {{"type", "ddp"}, {"step", progress.step}, {"stats", stats}});
-      }
+      ++progress.step;
+      report.step(epoch, progress.step, seen, loss.item<double>(), step_limit_reached(), ddp);
       if (progress.step % flags.checkpoint_every == 0) {
         checkpointer.save(*net, optimizer, {epoch, progress.step, seen});
       }
       if (step_limit_reached()) break;
     }
-    const auto [test_loss, accuracy] = evaluate(net, test_data, *pg, test_size);
-    const bool epoch_done = seen >= static_cast<int64_t>(sampler.num_samples());
+    const auto [test_loss, accuracy] = evaluate(net, data.test, *pg, data.test_size);
+    const bool epoch_done = seen >= static_cast<int64_t>(data.sampler.num_samples());
     checkpointer.save(*net, optimizer, epoch_done ? dpx::TrainingProgress{epoch + 1, progress.step, 0}
                                                   : dpx::TrainingProgress{epoch, progress.step, seen});
-    if (lead) {
-      std::fprintf(stderr, "epoch %lld: test accuracy %.2f%%, test loss %.4f, %.1f s\n",
-                   (long long)epoch + 1, 100 * accuracy, test_loss, seconds());
-      append_metrics(metrics, {{"type", "eval"}, {"epoch", epoch + 1}, {"step", progress.step},
-                               {"test_loss", test_loss}, {"test_accuracy", accuracy},
-                               {"elapsed_s", seconds()}});
-    }
+    report.evaluated(epoch, progress.step, test_loss, accuracy);
   }
   // The trained model for Python: torch.load("<checkpoint-dir>/model.pt", weights_only=True).
-  if (lead) dpx::save_state_dict(*net, flags.checkpoint_dir + "/model.pt");
+  if (pg->rank() == 0) dpx::save_state_dict(*net, flags.checkpoint_dir + "/model.pt");
   return 0;
 }
 

@@ -1,4 +1,6 @@
 // Everything dpx offers, in one include: each layer's headers, bottom up (docs/architecture.md).
+// Two public headers are left out: dpx/data/fashion_mnist.h (the example's data set) and
+// dpx/runtime/slurm.h (what srun tells a task; Env reads it for programs, dpxrun for its agents).
 #pragma once
 
 #include "dpx/runtime/cuda.h"

@@ -7,7 +7,7 @@
 #include <sstream>
 
 #include "runtime/compat/autograd.h"
-#include "comm/control.h"
+#include "comm/coordination/control.h"
 #include "algorithms/sync_batch_norm_detail.h"
 
 namespace dpx {
@@ -53,10 +53,11 @@ void check_channels_agree(ProcessGroup& pg, int64_t channels) {
 
 namespace {
 
-// Note [SyncBatchNorm backward]: with xmu = x - mean over the whole group's batch of N samples,
-// dL/dx = w * invstd * (dy - sum(dy)/N - xmu * invstd^2 * sum(dy * xmu)/N), where both sums run
-// over every rank's samples: one all-reduce of 2C values. The weight and bias gradients stay
-// local (DDP averages them like any other gradient), as in PyTorch.
+// Note [SyncBatchNorm backward]
+// With xmu = x - mean over the whole group's batch of N samples, dL/dx = w * invstd * (dy -
+// sum(dy)/N - xmu * invstd^2 * sum(dy * xmu)/N), where both sums run over every rank's samples: one
+// all-reduce of 2C values. The weight and bias gradients stay local (DDP averages them like any
+// other gradient), as in PyTorch.
 class SyncBatchNormBackward : public torch::autograd::Node {
  public:
   SyncBatchNormBackward(std::shared_ptr<ProcessGroup> group, at::Tensor input, at::Tensor weight,
@@ -124,13 +125,13 @@ class SyncBatchNormBackward : public torch::autograd::Node {
 
 namespace detail {
 
-// Note [SyncBatchNorm statistics]: each rank sends its count, mean and biased variance per
-// channel (an all-gather, since counts differ between ranks); the group's statistics combine
-// them as pooled moments, weighted by the counts, so a rank without samples (count, mean and
-// variance 0) adds nothing. This is the arithmetic of PyTorch's
-// batch_norm_gather_stats_with_counts, without its round trip through invstd. It all stays on
-// the input's device: no host sync per layer (only a rank without samples reads the total, to
-// fail clearly when no rank has any).
+// Note [SyncBatchNorm statistics]
+// Each rank sends its count, mean and biased variance per channel (an all-gather, since counts
+// differ between ranks); the group's statistics combine them as pooled moments, weighted by the
+// counts, so a rank without samples (count, mean and variance 0) adds nothing. This is the
+// arithmetic of PyTorch's batch_norm_gather_stats_with_counts, without its round trip through
+// invstd. It all stays on the input's device: no host sync per layer (only a rank without samples
+// reads the total, to fail clearly when no rank has any).
 BatchStats gather_batch_stats(ProcessGroup& pg, const at::Tensor& x, double eps) {
   const int64_t channels = x.size(1);
   const bool reduced = x.scalar_type() == at::kHalf || x.scalar_type() == at::kBFloat16;

@@ -7,7 +7,7 @@
 #include <sstream>
 
 #include "runtime/compat/optimizer.h"
-#include "comm/control.h"
+#include "comm/coordination/control.h"
 #include "ddp/model_sync.h"
 #include "algorithms/zero_partition.h"
 
@@ -151,11 +151,11 @@ void ZeroRedundancyOptimizer::save(torch::serialize::OutputArchive& archive) con
   }
 }
 
-// Note [ZeRO load]: the saved state is every old rank's optimizer over its old shard. For each,
-// an optimizer of the same kind is built over that same shard of this rank's parameters (the
-// partition depends only on the parameters' sizes) and loads it; the states of the parameters
-// this rank now owns then move into its optimizer. State is keyed by parameter, so any world size
-// loads any other.
+// Note [ZeRO load]
+// The saved state is every old rank's optimizer over its old shard. For each, an optimizer of the
+// same kind is built over that same shard of this rank's parameters (the partition depends only on
+// the parameters' sizes) and loads it; the states of the parameters this rank now owns then move
+// into its optimizer. State is keyed by parameter, so any world size loads any other.
 void ZeroRedundancyOptimizer::load(torch::serialize::InputArchive& archive) {
   c10::IValue world_value;
   TORCH_CHECK(archive.try_read(kWorldKey, world_value), group_->where(),

@@ -2,7 +2,7 @@
 
 #include <c10/util/Exception.h>
 
-#include "runtime/compat/autocast.h"
+#include "runtime/compat/autocast_switches.h"
 
 namespace dpx {
 

@@ -15,8 +15,8 @@
 #include "dpx/store/errors.h"
 #include "dpx/runtime/cuda.h"
 #include "checkpoint/torch_checkpoint.h"
+#include "comm/coordination/control.h"
 #include "runtime/cuda/rng_state.h"
-#include "comm/control.h"
 
 namespace dpx {
 namespace {

@@ -95,7 +95,7 @@ class DataParallelBackward : public torch::autograd::Node {
     return grad_of(outputs, run_.leaves[r], grad_outputs);
   }
 
-  // Note [Parallel backward on CUDA]: every replica's graph in one reentrant engine call.
+  // Every replica's graph in one reentrant engine call (Note [Parallel backward on CUDA]).
   std::vector<variable_list> backward_all_replicas(const variable_list& grads) const {
     const auto n = static_cast<int64_t>(run_.devices.size());
     variable_list outputs, grad_outputs, leaves;

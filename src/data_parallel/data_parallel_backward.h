@@ -39,7 +39,7 @@ class ReplicaThreads;
 // What one forward leaves for its backward.
 struct ReplicaRun {
   std::vector<torch::Device> devices;  // of the replicas that ran
-  // Note [Parallel backward on CUDA]: one engine call for every replica, not one per thread.
+  // One engine call for every replica, not one per thread (Note [Parallel backward on CUDA]).
   bool one_engine_call = false;
   int64_t dim = 0;
   std::vector<at::Tensor> params;  // the original parameters that require grad

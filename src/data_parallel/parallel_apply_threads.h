@@ -41,8 +41,8 @@ class ReplicaThreads {
   ReplicaThreads& operator=(const ReplicaThreads&) = delete;
 
   // Runs task(i) for i in [0, devices.size()) at once, task i on thread i, under the caller's
-  // thread-local state, on devices[i] and the caller's current stream there (Note [Replica
-  // streams]); returns when all have finished and rethrows the failure of the lowest
+  // thread-local state, on devices[i] and the caller's current stream there
+  // (Note [Replica streams]); returns when all have finished and rethrows the failure of the lowest
   // replica as ReplicaError. Waits without a timeout: the tasks are local computation (a
   // replica's forward or backward), which may legitimately take any time and cannot be lost.
   void run(const std::vector<torch::Device>& devices, const std::function<void(int64_t)>& task);

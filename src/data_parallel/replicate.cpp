@@ -23,7 +23,8 @@ struct ReplicateBackward : torch::autograd::Node {
   std::string name() const override { return "dpx::ReplicateBackward"; }
 };
 
-// Restores the default CPU generator when it goes out of scope (Note in clone_module).
+// Restores the default CPU generator when it goes out of scope
+// (Note [Clone keeps the generator] in replicate_detail.h).
 class KeepCpuGenerator {
  public:
   KeepCpuGenerator() : generator_(at::detail::getDefaultCPUGenerator()) {

@@ -14,8 +14,11 @@ enum class ParamLink {
   kDetached,        // plain values, no grad (replicate(detach=true))
 };
 
-// module.clone(device), leaving the default CPU generator's state as it was: clone() calls
-// reset(), which draws fresh initial values only to overwrite them.
+// module.clone(device), leaving the default CPU generator's state as it was.
+//
+// Note [Clone keeps the generator]
+// clone() calls reset(), which draws fresh initial values only to overwrite them: without restoring
+// the generator, replicating a module would change the random numbers the program draws next.
 std::shared_ptr<torch::nn::Module> clone_module(const torch::nn::Module& module,
                                                 torch::Device device);
 

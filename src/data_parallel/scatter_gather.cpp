@@ -95,6 +95,59 @@ IValue gather_tensors(const std::vector<IValue>& outputs, torch::Device device, 
   return torch::cat(tensors, dim);
 }
 
+IValue gather_tree(const std::vector<IValue>& outputs, torch::Device device, int64_t dim);
+
+// Every replica's value is a `first`-like tuple or list: element k of the result gathers
+// element k of each.
+IValue gather_sequences(const std::vector<IValue>& outputs, torch::Device device, int64_t dim) {
+  const IValue& first = outputs.front();
+  const bool tuple = first.isTuple();
+  auto elements_of = [&](const IValue& v) {
+    return tuple ? v.toTupleRef().elements().vec() : v.toListRef().vec();
+  };
+  const size_t size = elements_of(first).size();
+  std::vector<std::vector<IValue>> columns(size);
+  for (const auto& out : outputs) {
+    auto elements = elements_of(out);
+    TORCH_CHECK(elements.size() == size, "gather: replica outputs differ in structure: ",
+                "sequences of length ", size, " and ", elements.size());
+    for (size_t k = 0; k < size; ++k) {
+      columns[k].push_back(std::move(elements[k]));
+    }
+  }
+  std::vector<IValue> gathered;
+  for (const auto& column : columns) {
+    gathered.push_back(gather_tree(column, device, dim));
+  }
+  if (tuple) {
+    return c10::ivalue::Tuple::create(std::move(gathered));
+  }
+  c10::impl::GenericList list(first.toList().elementType());
+  for (auto& g : gathered) {
+    list.push_back(std::move(g));
+  }
+  return list;
+}
+
+// Every replica's value is a dict with the keys of the first: each key's value gathers theirs.
+IValue gather_dicts(const std::vector<IValue>& outputs, torch::Device device, int64_t dim) {
+  auto dict = outputs.front().toGenericDict();
+  c10::impl::GenericDict gathered(dict.keyType(), dict.valueType());
+  for (const auto& entry : dict) {
+    std::vector<IValue> column;
+    for (const auto& out : outputs) {
+      auto other = out.toGenericDict();
+      TORCH_CHECK(other.size() == dict.size(), "All dicts must have the same number of keys");
+      auto found = other.find(entry.key());
+      TORCH_CHECK(found != other.end(), "gather: a replica's output dict lacks key ",
+                  entry.key());
+      column.push_back(found->value());
+    }
+    gathered.insert(entry.key(), gather_tree(column, device, dim));
+  }
+  return gathered;
+}
+
 IValue gather_tree(const std::vector<IValue>& outputs, torch::Device device, int64_t dim) {
   const IValue& first = outputs.front();
   if (first.isTensor() && first.toTensor().defined()) {
@@ -116,49 +169,11 @@ IValue gather_tree(const std::vector<IValue>& outputs, torch::Device device, int
   if (first.isTuple() || first.isList()) {
     const bool tuple = first.isTuple();
     same_kind([&](const IValue& v) { return tuple ? v.isTuple() : v.isList(); });
-    auto elements_of = [&](const IValue& v) {
-      return tuple ? v.toTupleRef().elements().vec() : v.toListRef().vec();
-    };
-    const size_t size = elements_of(first).size();
-    std::vector<std::vector<IValue>> columns(size);
-    for (const auto& out : outputs) {
-      auto elements = elements_of(out);
-      TORCH_CHECK(elements.size() == size, "gather: replica outputs differ in structure: ",
-                  "sequences of length ", size, " and ", elements.size());
-      for (size_t k = 0; k < size; ++k) {
-        columns[k].push_back(std::move(elements[k]));
-      }
-    }
-    std::vector<IValue> gathered;
-    for (const auto& column : columns) {
-      gathered.push_back(gather_tree(column, device, dim));
-    }
-    if (tuple) {
-      return c10::ivalue::Tuple::create(std::move(gathered));
-    }
-    c10::impl::GenericList list(first.toList().elementType());
-    for (auto& g : gathered) {
-      list.push_back(std::move(g));
-    }
-    return list;
+    return gather_sequences(outputs, device, dim);
   }
   if (first.isGenericDict()) {
     same_kind([](const IValue& v) { return v.isGenericDict(); });
-    auto dict = first.toGenericDict();
-    c10::impl::GenericDict gathered(dict.keyType(), dict.valueType());
-    for (const auto& entry : dict) {
-      std::vector<IValue> column;
-      for (const auto& out : outputs) {
-        auto other = out.toGenericDict();
-        TORCH_CHECK(other.size() == dict.size(), "All dicts must have the same number of keys");
-        auto found = other.find(entry.key());
-        TORCH_CHECK(found != other.end(), "gather: a replica's output dict lacks key ",
-                    entry.key());
-        column.push_back(found->value());
-      }
-      gathered.insert(entry.key(), gather_tree(column, device, dim));
-    }
-    return gathered;
+    return gather_dicts(outputs, device, dim);
   }
   TORCH_CHECK(false, "gather: can only gather tensors, and tuples, lists and dicts of them "
               "(or None), but a replica returned ", first.tagKind());

@@ -22,6 +22,23 @@ BucketKey key_of(const at::Tensor& t) {
           static_cast<int>(t.device().index())};
 }
 
+// The buckets in the order of their lowest tensor index (ties keep their order).
+BucketAssignment sorted_by_lowest_index(BucketAssignment result) {
+  std::vector<std::size_t> order(result.buckets.size());
+  for (std::size_t i = 0; i < order.size(); ++i) order[i] = i;
+  auto min_of = [&](std::size_t b) {
+    return *std::min_element(result.buckets[b].begin(), result.buckets[b].end());
+  };
+  std::stable_sort(order.begin(), order.end(),
+                   [&](std::size_t a, std::size_t b) { return min_of(a) < min_of(b); });
+  BucketAssignment sorted;
+  for (auto b : order) {
+    sorted.buckets.push_back(std::move(result.buckets[b]));
+    sorted.size_limits.push_back(result.size_limits[b]);
+  }
+  return sorted;
+}
+
 }  // namespace
 
 BucketAssignment compute_bucket_assignment_by_size(
@@ -66,23 +83,9 @@ BucketAssignment compute_bucket_assignment_by_size(
       result.size_limits.push_back(bucket_size_limits[bucket.limit_index]);
     }
   }
-  if (tensor_indices.empty()) {
-    // Registration order approximates the reverse of the gradient order; sorting keeps buckets
-    // that fill together next to each other.
-    std::vector<std::size_t> order(result.buckets.size());
-    for (std::size_t i = 0; i < order.size(); ++i) order[i] = i;
-    auto min_of = [&](std::size_t b) {
-      return *std::min_element(result.buckets[b].begin(), result.buckets[b].end());
-    };
-    std::stable_sort(order.begin(), order.end(),
-                     [&](std::size_t a, std::size_t b) { return min_of(a) < min_of(b); });
-    BucketAssignment sorted;
-    for (auto b : order) {
-      sorted.buckets.push_back(std::move(result.buckets[b]));
-      sorted.size_limits.push_back(result.size_limits[b]);
-    }
-    return sorted;
-  }
+  // Registration order approximates the reverse of the gradient order; sorting keeps buckets
+  // that fill together next to each other.
+  if (tensor_indices.empty()) return sorted_by_lowest_index(std::move(result));
   return result;
 }
 

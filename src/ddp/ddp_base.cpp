@@ -8,7 +8,7 @@
 #include "dpx/store/errors.h"
 #include "dpx/runtime/env.h"
 #include "dpx/ddp/bucket_assignment.h"
-#include "comm/control.h"
+#include "comm/coordination/control.h"
 #include "dpx/observe/timeline.h"
 #include "ddp/model_sync.h"
 #include "ddp/reducer.h"
@@ -145,14 +145,14 @@ void DdpBase::register_comm_hook(std::any state, CommHook hook) {
 
 DdpStats DdpBase::stats() const { return reducer_->stats(); }
 
-// Note [Join protocol]: every synchronised forward of a rank with data starts with an
-// all-reduce of 1 (pre_forward). A rank out of data loops: all-reduce 0; if the sum is 0 every
-// rank is done; otherwise repeat the others' iteration (bucket rebuild if due, buffer
-// broadcast, every bucket with zeros). At the end the ranks that finished last agree on one of
-// them (all-reduce max of rank) and broadcast its parameters and buffers.
-// With throw_on_early_termination, a forward with data adds a second all-reduce of 0, which a
-// rank out of data answers with 1 instead of shadowing, and every rank throws (PyTorch's
-// protocol, so the two all-reduces pair up whoever ran out).
+// Note [Join protocol]
+// Every synchronised forward of a rank with data starts with an all-reduce of 1 (pre_forward). A
+// rank out of data loops: all-reduce 0; if the sum is 0 every rank is done; otherwise repeat the
+// others' iteration (bucket rebuild if due, buffer broadcast, every bucket with zeros). At the end
+// the ranks that finished last agree on one of them (all-reduce max of rank) and broadcast its
+// parameters and buffers. With throw_on_early_termination, a forward with data adds a second
+// all-reduce of 0, which a rank out of data answers with 1 instead of shadowing, and every rank
+// throws (PyTorch's protocol, so the two all-reduces pair up whoever ran out).
 void DdpBase::join(const std::function<void()>& loop, JoinOptions options) {
   TORCH_CHECK(!join_active_, pg_->where(), "join() does not nest");
   join_active_ = true;

@@ -2,7 +2,7 @@
 
 #include <c10/util/Exception.h>
 
-#include "comm/control.h"
+#include "comm/coordination/control.h"
 
 namespace dpx::detail {
 namespace {

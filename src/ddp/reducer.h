@@ -1,6 +1,7 @@
 // The Reducer: averages gradients across ranks bucket by bucket while backward still runs.
 //
-// Protocol of one iteration (Note [Reducer iteration]):
+// Note [Reducer iteration]
+// The protocol of one iteration:
 //  1. prepare_for_forward(): the previous backward must have finished its reduction; once,
 //     after the first iteration, a synchronised forward rebuilds the buckets in the observed
 //     gradient order (rank 0's order, broadcast to all; reducer_buckets.cpp).
@@ -11,8 +12,9 @@
 //     in bucket-index order so that all ranks issue the same collectives in the same order.
 //  4. After the last bucket launched, an end-of-backward callback waits for all buckets and
 //     writes the averages into .grad.
-// Steps 1-4 read in this order in reducer_step.cpp; what happens once (bucket assignment, hooks,
-// rebuild) is in reducer_buckets.cpp.
+// Steps 1-2 read in this order in reducer_forward.cpp, steps 3-4 (hook, launch, finalize) in
+// reducer_step.cpp; what happens once (bucket assignment, rebuild) is in reducer_buckets.cpp,
+// what a step reports in reducer_report.cpp, the texts of its errors in reducer_errors.cpp.
 #pragma once
 
 #include <ATen/ATen.h>
@@ -117,6 +119,9 @@ class Reducer {
   void write_results(std::size_t bucket);
   std::string sparse_parameter_names() const;
   void check_prior_reduction_finished();
+  std::string unfinished_reduction_message() const;
+  std::string marked_twice_message(std::size_t index) const;
+  std::string graph_changed_message(std::size_t index) const;
   std::vector<std::size_t> find_unused(const std::vector<at::Tensor>& outputs) const;
   bool reduces_used_map() const;
   bool passthrough() const;
@@ -124,7 +129,8 @@ class Reducer {
   void describe_bucket(std::size_t b);
   DdpStats stats_locked() const;
   void write_report() const;
-  void record_step(Clock::time_point wait_start, Clock::time_point end);
+  void record_step();
+  void trace_step(Clock::time_point wait_start, Clock::time_point end);
   void add_step_times(bool wait) const;
 
   std::vector<at::Tensor> params_;
@@ -158,13 +164,14 @@ class Reducer {
   std::any hook_state_;
   CommHook hook_;
 
-  // Note [Step times]: read as the device passes them, so stats() (const) may read more.
+  // Read as the device passes them (Note [Step times]), so stats() (const) may read more.
   mutable StepTimes times_;
   mutable StepDurations totals_;  // sums over the steps read so far
   mutable std::int64_t steps_timed_ = 0;  // how many: what the averages divide by
   mutable DdpStats last_;  // the last iteration's times and unused parameters
-  // Note [Step report]: with DPX_STEP_REPORT_DIR set (dpxrun sets it), the statistics are
-  // written to <dir>/rank<R>.json every DPX_STEP_REPORT_EVERY iterations and at the end.
+  // Note [Step report]
+  // With DPX_STEP_REPORT_DIR set (dpxrun sets it), the statistics are written to <dir>/rank<R>.json
+  // every DPX_STEP_REPORT_EVERY iterations and at the end.
   std::string report_dir_;
   std::int64_t report_every_ = 100;
   mutable std::mutex mutex_;

@@ -1,7 +1,8 @@
 // The stall inspector: names the ranks that have not arrived at a collective this rank has
 // waited on for longer than a threshold (docs/errors.md, "Stalled collectives").
 //
-// Note [Stall inspector]: it lives in the ProcessGroup base, so it serves every backend.
+// Note [Stall inspector]
+// It lives in the ProcessGroup base, so it serves every backend.
 //  1. Each public collective call gets the group's next sequence number (1, 2, ...: the same
 //     collective has the same number on every rank, as ranks must issue them in one order) and
 //     is noted here with its op, size, dtype, the caller's label (DDP: the bucket and its

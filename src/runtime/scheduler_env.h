@@ -1,13 +1,14 @@
 // The launcher contract as job schedulers give it, for programs started by `srun` or `mpirun`
 // without dpxrun (Note [Schedulers]).
 //
-// Note [Schedulers]: Slurm's srun, OpenMPI's mpirun and PMI launchers (MPICH's Hydra, Intel
-// MPI) tell each process who it is in their own variables. Env::read() falls back to them when
-// RANK or WORLD_SIZE is unset: torchrun's variables win, so workers of dpxrun or torchrun
-// started by srun read dpxrun's. MASTER_ADDR and MASTER_PORT, when set, win over what is
-// derived here. An mpirun started inside a Slurm job starts its daemons with srun, so OpenMPI's
-// and PMI's variables are looked at before Slurm's. A program run in an sbatch script itself
-// (outside any srun step: no SLURM_STEP_ID) is not taken for a rank of the job.
+// Note [Schedulers]
+// Slurm's srun, OpenMPI's mpirun and PMI launchers (MPICH's Hydra, Intel MPI) tell each process who
+// it is in their own variables. Env::read() falls back to them when RANK or WORLD_SIZE is unset:
+// torchrun's variables win, so workers of dpxrun or torchrun started by srun read dpxrun's.
+// MASTER_ADDR and MASTER_PORT, when set, win over what is derived here. An mpirun started inside a
+// Slurm job starts its daemons with srun, so OpenMPI's and PMI's variables are looked at before
+// Slurm's. A program run in an sbatch script itself (outside any srun step: no SLURM_STEP_ID) is
+// not taken for a rank of the job.
 #pragma once
 
 #include <optional>

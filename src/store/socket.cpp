@@ -129,11 +129,11 @@ bool is_ip_literal(const std::string& host) {
          ::inet_pton(AF_INET6, host.c_str(), buf) == 1;
 }
 
-// Note [Listening on a name]: a host name other than "localhost" that resolves to loopback here
-// (Debian maps a machine's own name to 127.0.1.1) names this machine to the other hosts, which
-// reach it at another address: listening on loopback would refuse them. Such a name is served on
-// every interface (dual-stack), still behind the job token; an IP address or "localhost" is
-// served on exactly that address.
+// Note [Listening on a name]
+// A host name other than "localhost" that resolves to loopback here (Debian maps a machine's own
+// name to 127.0.1.1) names this machine to the other hosts, which reach it at another address:
+// listening on loopback would refuse them. Such a name is served on every interface (dual-stack),
+// still behind the job token; an IP address or "localhost" is served on exactly that address.
 bool serve_everywhere(const std::string& host, const AddrInfo& ai) {
   if (host == "localhost" || is_ip_literal(host)) return false;
   for (addrinfo* a = ai.list; a != nullptr; a = a->ai_next) {

@@ -80,9 +80,10 @@ TcpServer::TcpServer(const TcpServerOptions& options) : state_(std::make_unique<
   thread_ = std::thread([s = state_.get()] { s->run(); });
 }
 
-// Note [Forked copies]: a child forked from the server's process inherits this object (and the
-// wake pipe) but not the thread. Destroying that copy must neither stop the parent's thread
-// through the shared pipe nor join a thread the child does not have.
+// Note [Forked copies]
+// A child forked from the server's process inherits this object (and the wake pipe) but not the
+// thread. Destroying that copy must neither stop the parent's thread through the shared pipe nor
+// join a thread the child does not have.
 TcpServer::~TcpServer() {
   if (::getpid() != owner_pid_) {
     thread_.detach();

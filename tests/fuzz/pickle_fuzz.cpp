@@ -21,8 +21,8 @@
 #include <map>
 #include <random>
 
-#include "bounded_child.h"
-#include "pickle_seeds.h"
+#include "support/bounded_child.h"
+#include "fuzz/pickle_seeds.h"
 #include "dpx/checkpoint/python_format.h"
 
 namespace {

@@ -1,4 +1,4 @@
-#include "pickle_seeds.h"
+#include "fuzz/pickle_seeds.h"
 
 #include <caffe2/serialize/inline_container.h>
 #include <dirent.h>

@@ -14,7 +14,7 @@
 
 #include "dpx/dpx.h"
 #include "dpx/data_parallel/data_parallel.h"
-#include "harness.h"
+#include "support/harness.h"
 #include "runtime/memory/cpu_block_cache.h"
 
 namespace dpx {

@@ -1,15 +1,15 @@
-// Note [NCCL error handling]: init_process() (called by init_process_group unless told not to)
-// sets TORCH_NCCL_ASYNC_ERROR_HANDLING=2 once, in a dpx built with CUDA, so that c10d's NCCL
-// groups fail with typed errors; nothing sets it around a group's construction any more. Each
-// test runs in a child of a process that never made these choices itself.
+// Note [NCCL error handling], tested: init_process() (called by init_process_group unless told
+// not to) sets TORCH_NCCL_ASYNC_ERROR_HANDLING=2 once, in a dpx built with CUDA, so that c10d's
+// NCCL groups fail with typed errors; nothing sets it around a group's construction any more.
+// Each test runs in a child of a process that never made these choices itself.
 #include <stdlib.h>
 
 #include <gmock/gmock.h>
 #include <torch/torch.h>
 
 #include "dpx/dpx.h"
-#include "expect_throws.h"
-#include "harness.h"
+#include "support/expect_throws.h"
+#include "support/harness.h"
 
 namespace dpx {
 namespace {

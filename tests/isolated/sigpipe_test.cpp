@@ -1,12 +1,12 @@
-// Note [SIGPIPE]: init_process() (called by init_process_group unless told not to) makes a dead
-// peer an error, not a SIGPIPE death; groups and stores alone change nothing process-wide.
+// init_process() (called by init_process_group unless told not to) makes a dead peer an error,
+// not a SIGPIPE death (Note [SIGPIPE]); groups and stores alone change nothing process-wide.
 // Each test runs in a child of a process that never made these choices itself.
 #include <signal.h>
 
 #include <torch/torch.h>
 
 #include "dpx/dpx.h"
-#include "harness.h"
+#include "support/harness.h"
 
 namespace dpx {
 namespace {

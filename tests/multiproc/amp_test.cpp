@@ -9,8 +9,8 @@
 #include <limits>
 
 #include "dpx/amp/grad_scaler.h"
-#include "harness.h"
-#include "launcher_harness.h"
+#include "support/harness.h"
+#include "support/launcher_harness.h"
 
 namespace dpx {
 namespace {

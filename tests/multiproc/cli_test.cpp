@@ -5,8 +5,8 @@
 
 #include <algorithm>
 
-#include "harness.h"
-#include "launcher_harness.h"
+#include "support/harness.h"
+#include "support/launcher_harness.h"
 
 namespace dpx::test {
 namespace {

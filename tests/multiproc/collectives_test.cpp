@@ -2,7 +2,7 @@
 #include <torch/torch.h>
 
 #include "dpx/dpx.h"
-#include "harness.h"
+#include "support/harness.h"
 
 namespace dpx {
 namespace {

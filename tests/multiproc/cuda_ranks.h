@@ -8,9 +8,9 @@
 #include <chrono>
 #include <optional>
 
-#include "ddp_models.h"
+#include "multiproc/ddp_models.h"
 #include "dpx/dpx.h"
-#include "harness.h"
+#include "support/harness.h"
 
 namespace dpx::test {
 

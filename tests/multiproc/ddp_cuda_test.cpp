@@ -6,9 +6,9 @@
 
 #include <thread>
 
-#include "cuda_contexts.h"
-#include "cuda_ranks.h"
-#include "side_stream.h"
+#include "multiproc/cuda_ranks.h"
+#include "support/cuda_contexts.h"
+#include "support/side_stream.h"
 
 namespace dpx {
 namespace {

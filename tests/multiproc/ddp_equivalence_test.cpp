@@ -2,9 +2,9 @@
 // (spec/ddp.md, "Equivalence"). Every rank computes the single-process reference itself.
 #include <torch/torch.h>
 
-#include "ddp_models.h"
+#include "multiproc/ddp_models.h"
 #include "dpx/dpx.h"
-#include "harness.h"
+#include "support/harness.h"
 
 namespace dpx {
 namespace {

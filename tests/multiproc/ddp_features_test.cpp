@@ -3,11 +3,11 @@
 #include <torch/torch.h>
 #include <unistd.h>
 
-#include "ddp_models.h"
+#include "multiproc/ddp_models.h"
 #include "dpx/dpx.h"
 #include "dpx/algorithms/sync_batch_norm.h"
-#include "expect_throws.h"
-#include "harness.h"
+#include "support/expect_throws.h"
+#include "support/harness.h"
 
 namespace dpx {
 namespace {

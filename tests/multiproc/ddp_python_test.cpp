@@ -10,11 +10,11 @@
 
 #include <limits>
 
-#include "ddp_models.h"
+#include "multiproc/ddp_models.h"
 #include "dpx/dpx.h"
 #include "dpx/algorithms/local_sgd.h"
 #include "dpx/algorithms/powersgd.h"
-#include "harness.h"
+#include "support/harness.h"
 
 namespace dpx {
 namespace {

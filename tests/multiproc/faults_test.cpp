@@ -5,8 +5,8 @@
 #include <torch/torch.h>
 
 #include "dpx/dpx.h"
-#include "expect_throws.h"
-#include "harness.h"
+#include "support/expect_throws.h"
+#include "support/harness.h"
 
 namespace dpx {
 namespace {

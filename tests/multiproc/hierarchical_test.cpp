@@ -4,12 +4,12 @@
 // disagree, a lost rank.
 #include <torch/torch.h>
 
-#include "ddp_models.h"
+#include "multiproc/ddp_models.h"
 #include "dpx/dpx.h"
-#include "expect_throws.h"
-#include "harness.h"
-#include "launcher_harness.h"
-#include "netns_hosts.h"
+#include "support/expect_throws.h"
+#include "support/harness.h"
+#include "support/launcher_harness.h"
+#include "support/netns_hosts.h"
 
 namespace dpx::test {
 namespace {
@@ -147,8 +147,8 @@ TEST(Hierarchical, AutoKeepsGlooWithOneRankPerHost) {
   });
 }
 
-// Note [What a host is]: shared memory crosses network namespaces (one kernel, one pid
-// namespace), so asking for shm there still works; `auto` treats them as hosts.
+// Shared memory crosses network namespaces (one kernel, one pid namespace), so asking for shm
+// there still works; `auto` treats them as hosts (Note [What a host is]).
 TEST(Hierarchical, ShmAskedForStillJoinsRanksInTwoNetworkNamespaces) {
   SKIP_WITHOUT_NETNS();
   run_on_hosts(hosts, {true, false}, [](int rank, std::shared_ptr<Store> store) {

@@ -7,7 +7,7 @@
 
 #include <sstream>
 
-#include "launcher_harness.h"
+#include "support/launcher_harness.h"
 
 namespace dpx::test {
 namespace {

@@ -8,8 +8,8 @@
 #include <set>
 #include <thread>
 
-#include "launcher_harness.h"
-#include "netns_hosts.h"
+#include "support/launcher_harness.h"
+#include "support/netns_hosts.h"
 
 namespace dpx::test {
 namespace {

@@ -7,8 +7,8 @@
 
 #include <fstream>
 
-#include "harness.h"
-#include "launcher_harness.h"
+#include "support/harness.h"
+#include "support/launcher_harness.h"
 
 namespace dpx::test {
 namespace {

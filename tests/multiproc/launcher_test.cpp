@@ -8,8 +8,8 @@
 #include <sstream>
 #include <thread>
 
-#include "harness.h"
-#include "launcher_harness.h"
+#include "support/harness.h"
+#include "support/launcher_harness.h"
 
 namespace dpx::test {
 namespace {

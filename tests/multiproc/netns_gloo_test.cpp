@@ -1,6 +1,7 @@
 // Two hosts (network namespaces) whose names resolve to loopback, as in the field: with no
-// network variable set, gloo must listen where the master is reached (Note [Listen where the
-// master is reached]), train exactly as one host does, and end cleanly when a host is lost.
+// network variable set, gloo must listen where the master is reached
+// (Note [Listen where the master is reached]), train exactly as one host does, and end cleanly
+// when a host is lost.
 #include <signal.h>
 #include <unistd.h>
 
@@ -8,8 +9,8 @@
 #include <iterator>
 
 #include "store/route.h"
-#include "launcher_harness.h"
-#include "netns_hosts.h"
+#include "support/launcher_harness.h"
+#include "support/netns_hosts.h"
 
 namespace dpx::test {
 namespace {

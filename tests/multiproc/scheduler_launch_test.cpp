@@ -5,8 +5,8 @@
 #include <fstream>
 #include <iterator>
 
-#include "launcher_harness.h"
-#include "slurm_cluster.h"
+#include "support/launcher_harness.h"
+#include "support/slurm_cluster.h"
 
 namespace dpx::test {
 namespace {

@@ -13,7 +13,7 @@
 #include <torch/torch.h>
 
 #include "dpx/dpx.h"
-#include "harness.h"
+#include "support/harness.h"
 
 namespace dpx {
 namespace {
@@ -81,8 +81,8 @@ TEST(ShmSetup, Rank0KilledInsideTheSetupWindowLeavesNothingBehind) {
         ADD_FAILURE() << "rank 0 finished a set-up that rank 1 never joined";
         return;
       }
-      // Rank 1 passes the set-up's settings check as a rank with rank 0's settings would (Note
-      // [Consistency]: each rank publishes its settings under settings/<group>/<rank>), then
+      // Rank 1 passes the set-up's settings check as a rank with rank 0's settings would
+      // (Note [Consistency]: each rank publishes its settings under settings/<group>/<rank>), then
       // stays away from the segment: rank 0 makes it and waits for rank 1 to open it.
       store->set("settings/1/1", store->get("settings/1/0"));
       store->wait({"shm/1/name"});

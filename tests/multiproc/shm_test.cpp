@@ -11,7 +11,7 @@
 
 #include "comm/backends/shm/process_group_shm.h"
 #include "dpx/dpx.h"
-#include "harness.h"
+#include "support/harness.h"
 
 namespace dpx {
 namespace {

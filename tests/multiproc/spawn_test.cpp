@@ -8,7 +8,7 @@
 #include <torch/torch.h>
 
 #include "dpx/dpx.h"
-#include "launcher_harness.h"
+#include "support/launcher_harness.h"
 
 namespace dpx::test {
 namespace {

@@ -5,10 +5,10 @@
 
 #include <thread>
 
-#include "ddp_models.h"
+#include "multiproc/ddp_models.h"
 #include "dpx/dpx.h"
-#include "expect_throws.h"
-#include "harness.h"
+#include "support/expect_throws.h"
+#include "support/harness.h"
 
 namespace dpx {
 namespace {

@@ -14,9 +14,9 @@
 
 #include "store/tcp_protocol.h"
 #include "dpx/dpx.h"
-#include "expect_throws.h"
-#include "harness.h"
-#include "launcher_harness.h"
+#include "support/expect_throws.h"
+#include "support/harness.h"
+#include "support/launcher_harness.h"
 
 namespace dpx {
 namespace {
@@ -229,8 +229,8 @@ TEST(StoreFaults, AClientWithoutTheJobTokenIsRefused) {
   test::expect_all_ok(results);
 }
 
-// Note [Listening on a name]: this machine's own name, which /etc/hosts maps to a loopback
-// address, is how the other hosts name it; the store must not hide on loopback then.
+// This machine's own name, which /etc/hosts maps to a loopback address, is how the other hosts
+// name it; the store must not hide on loopback then (Note [Listening on a name]).
 TEST(StoreFaults, AHostNameThatResolvesToLoopbackHereIsServedOnEveryInterface) {
   char name[256] = {};
   ASSERT_EQ(::gethostname(name, sizeof(name) - 1), 0);

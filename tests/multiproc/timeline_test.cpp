@@ -10,9 +10,9 @@
 
 #include <nlohmann/json.hpp>
 
-#include "ddp_models.h"
+#include "multiproc/ddp_models.h"
 #include "dpx/dpx.h"
-#include "harness.h"
+#include "support/harness.h"
 
 namespace dpx {
 namespace {

@@ -4,11 +4,11 @@
 // ZeRO's consolidation). Skipped without a GPU.
 #include <torch/torch.h>
 
-#include "cuda_ranks.h"
+#include "multiproc/cuda_ranks.h"
 #include "dpx/algorithms/powersgd.h"
 #include "dpx/algorithms/sync_batch_norm.h"
 #include "dpx/algorithms/zero_redundancy_optimizer.h"
-#include "expect_throws.h"
+#include "support/expect_throws.h"
 
 namespace dpx {
 namespace {

@@ -6,7 +6,7 @@
 #include <map>
 #include <set>
 
-#include "launcher_harness.h"
+#include "support/launcher_harness.h"
 
 namespace dpx::test {
 namespace {

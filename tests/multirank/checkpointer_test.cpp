@@ -5,7 +5,7 @@
 
 #include "dpx/checkpoint/checkpointer.h"
 #include "dpx/dpx.h"
-#include "harness.h"
+#include "support/harness.h"
 
 namespace dpx {
 namespace {

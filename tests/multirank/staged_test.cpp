@@ -3,10 +3,10 @@
 // collective, copy back); the CUDA variants, and the nccl group, need a CUDA device.
 #include <torch/torch.h>
 
-#include "comm/setup/factory.h"
+#include "comm/backends/staged/process_group_staged.h"
 #include "dpx/dpx.h"
-#include "harness.h"
-#include "side_stream.h"
+#include "support/harness.h"
+#include "support/side_stream.h"
 
 namespace dpx {
 namespace {

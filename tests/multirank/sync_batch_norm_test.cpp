@@ -3,8 +3,8 @@
 
 #include "dpx/dpx.h"
 #include "dpx/algorithms/sync_batch_norm.h"
-#include "expect_throws.h"
-#include "harness.h"
+#include "support/expect_throws.h"
+#include "support/harness.h"
 
 namespace dpx {
 namespace {

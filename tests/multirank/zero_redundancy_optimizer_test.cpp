@@ -3,8 +3,8 @@
 
 #include "dpx/dpx.h"
 #include "dpx/algorithms/zero_redundancy_optimizer.h"
-#include "expect_throws.h"
-#include "harness.h"
+#include "support/expect_throws.h"
+#include "support/harness.h"
 #include "algorithms/zero_partition.h"
 
 namespace dpx {

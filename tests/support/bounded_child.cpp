@@ -1,4 +1,4 @@
-#include "bounded_child.h"
+#include "support/bounded_child.h"
 
 #include <fcntl.h>
 #include <signal.h>

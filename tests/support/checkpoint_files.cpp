@@ -1,4 +1,4 @@
-#include "checkpoint_files.h"
+#include "support/checkpoint_files.h"
 
 #include <caffe2/serialize/inline_container.h>
 #include <unistd.h>

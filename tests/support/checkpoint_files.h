@@ -8,7 +8,7 @@
 #include <string>
 
 #include "dpx/checkpoint/checkpoint_file.h"
-#include "temp_dir.h"
+#include "support/temp_dir.h"
 
 namespace dpx::test {
 

@@ -1,4 +1,4 @@
-#include "harness.h"
+#include "support/harness.h"
 
 #include <fcntl.h>
 #include <signal.h>

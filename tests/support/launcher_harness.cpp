@@ -1,6 +1,6 @@
-#include "launcher_harness.h"
+#include "support/launcher_harness.h"
 
-#include "harness.h"
+#include "support/harness.h"
 
 #include <fcntl.h>
 #include <netinet/in.h>

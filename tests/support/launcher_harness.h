@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "dpx/runtime/files.h"
-#include "temp_dir.h"
+#include "support/temp_dir.h"
 
 namespace dpx::test {
 

@@ -1,4 +1,4 @@
-#include "netns_hosts.h"
+#include "support/netns_hosts.h"
 
 #include <fcntl.h>
 #include <sched.h>

@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "launcher_harness.h"
+#include "support/launcher_harness.h"
 
 namespace dpx::test {
 

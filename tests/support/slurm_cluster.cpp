@@ -1,4 +1,4 @@
-#include "slurm_cluster.h"
+#include "support/slurm_cluster.h"
 
 #include <unistd.h>
 

@@ -6,7 +6,7 @@
 #include <memory>
 #include <string>
 
-#include "launcher_harness.h"
+#include "support/launcher_harness.h"
 
 namespace dpx::test {
 

@@ -6,7 +6,7 @@
 
 #include "comm/setup/choose.h"
 #include "dpx/runtime/cuda.h"
-#include "expect_throws.h"
+#include "support/expect_throws.h"
 
 namespace dpx::detail {
 namespace {

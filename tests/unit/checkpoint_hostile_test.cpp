@@ -10,8 +10,8 @@
 
 using namespace std::string_literals;
 
-#include "bounded_child.h"
-#include "checkpoint_files.h"
+#include "support/bounded_child.h"
+#include "support/checkpoint_files.h"
 #include "dpx/checkpoint/python_format.h"
 
 namespace {

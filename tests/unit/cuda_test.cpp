@@ -10,7 +10,7 @@
 #include "comm/backends/nccl/translate.h"
 #include "runtime/cuda/device.h"
 #include "dpx/dpx.h"
-#include "expect_throws.h"
+#include "support/expect_throws.h"
 
 namespace dpx {
 namespace {

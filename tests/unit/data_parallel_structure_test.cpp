@@ -263,7 +263,7 @@ TEST(DataParallelStructure, InferenceModeWorks) {
   EXPECT_FALSE(out.requires_grad());
 }
 
-// Note [Parallel backward on CUDA]: the one engine call CUDA replicas take, run here on CPU
+// The one engine call CUDA replicas take (Note [Parallel backward on CUDA]), run here on CPU
 // replicas, gives what the replica threads give and what the module gives on the whole batch:
 // parameter gradients summed over replicas, input gradients stitched from their chunks, none
 // for a parameter no replica uses.

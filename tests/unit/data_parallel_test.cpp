@@ -6,7 +6,7 @@
 #include <map>
 
 #include "dpx/data_parallel/data_parallel.h"
-#include "side_stream.h"
+#include "support/side_stream.h"
 
 namespace {
 

@@ -98,7 +98,7 @@ TEST(DistributedSampler, NextYieldsBatchesOfTheEpoch) {
   EXPECT_EQ(s.total_size(), 12u);
 }
 
-// Note [Shared sampler state]: the loader's copy must see set_epoch on the caller's copy.
+// The loader's copy must see set_epoch on the caller's copy (Note [Shared sampler state]).
 TEST(DistributedSampler, SetEpochReachesTheDataLoadersCopy) {
   auto dataset = torch::data::datasets::TensorDataset(torch::arange(10)).map(
       torch::data::transforms::Stack<torch::data::TensorExample>());

@@ -11,7 +11,7 @@
 #include "comm/backends/gloo/device.h"
 #include "store/route.h"
 #include "dpx/store/store.h"
-#include "expect_throws.h"
+#include "support/expect_throws.h"
 
 namespace dpx::detail {
 namespace {

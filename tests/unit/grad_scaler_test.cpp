@@ -10,8 +10,8 @@
 
 #include "dpx/amp/autocast.h"
 #include "dpx/amp/grad_scaler.h"
-#include "expect_throws.h"
 #include "runtime/compat/torch_version.h"
+#include "support/expect_throws.h"
 
 namespace dpx {
 namespace {

@@ -3,7 +3,7 @@
 
 #include <torch/torch.h>
 
-#include "comm/init_url.h"
+#include "comm/init/init_url.h"
 #include "dpx/dpx.h"
 
 namespace dpx {
@@ -118,7 +118,7 @@ TEST_F(EnvTest, UnknownBackendAndDebugLevel) {
   EXPECT_ERROR_HAS(debug_level(), "DPX_DEBUG must be OFF, INFO or DETAIL, got 'LOUD'");
 }
 
-// Note [Environment]: each subsystem reads only its own variables.
+// Each subsystem reads only its own variables (Note [Environment]).
 TEST_F(EnvTest, AMalformedShmVariableBreaksOnlyTheShmBackend) {
   ::setenv("DPX_SHM_SPIN_US", "fast", 1);
   torch::nn::Linear net(3, 2);

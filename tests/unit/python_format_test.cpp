@@ -3,7 +3,7 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
-#include "checkpoint_files.h"
+#include "support/checkpoint_files.h"
 #include "dpx/checkpoint/checkpointer.h"
 #include "dpx/checkpoint/python_format.h"
 

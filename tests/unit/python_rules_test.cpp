@@ -5,7 +5,7 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
-#include "checkpoint_files.h"
+#include "support/checkpoint_files.h"
 #include "dpx/checkpoint/python_format.h"
 
 namespace {

@@ -6,7 +6,7 @@
 #include <gmock/gmock.h>
 
 #include "dpx/runtime/env.h"
-#include "expect_throws.h"
+#include "support/expect_throws.h"
 #include "runtime/scheduler_env.h"
 
 namespace dpx::detail {

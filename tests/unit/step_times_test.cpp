@@ -1,4 +1,4 @@
-// Note [Step times]: DDP's step times from device marks, read once the device has passed them
+// DDP's step times (Note [Step times]) from device marks, read once the device has passed them
 // and never by making a step wait; host clock readings where there are no marks (the CPU).
 // Fake marks stand for CUDA events here: each knows its device time and whether it is reached.
 #include <gtest/gtest.h>

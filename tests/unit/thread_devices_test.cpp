@@ -10,7 +10,7 @@
 #include <atomic>
 #include <thread>
 
-#include "comm/issuer.h"
+#include "comm/coordination/issuer.h"
 #include "observe/stall_inspector.h"
 #include "dpx/dpx.h"
 
@@ -92,8 +92,8 @@ TEST(ThreadDevices, NewProcessGroupMakesTheRanksDeviceCurrent) {
   }).join();
 }
 
-// Each replica runs on its device with the caller's current stream there (Note [Replica
-// streams]), not on its thread's default stream, and the caller's own streams stay as they were.
+// Each replica runs on its device with the caller's current stream there
+// (Note [Replica streams]), not on its thread's default stream, and the caller's own streams stay as they were.
 TEST(ThreadDevices, ReplicasRunOnTheCallersStreams) {
   FakeCudaDevices fake;
   const at::Device d0("cuda:0"), d1("cuda:1");

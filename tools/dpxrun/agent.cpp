@@ -1,4 +1,4 @@
-#include "agent.h"
+#include "dpxrun/agent.h"
 
 #include <fcntl.h>
 #include <poll.h>
@@ -15,7 +15,7 @@
 #include "dpx/runtime/env.h"
 #include "dpx/runtime/files.h"
 #include "dpx/store/errors.h"
-#include "net.h"
+#include "dpxrun/net.h"
 
 extern char** environ;
 

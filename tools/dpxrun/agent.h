@@ -15,11 +15,11 @@
 #include <string>
 #include <vector>
 
-#include "config.h"
-#include "failure.h"
-#include "logs.h"
-#include "rendezvous.h"
-#include "workers.h"
+#include "dpxrun/config.h"
+#include "dpxrun/failure.h"
+#include "dpxrun/logs.h"
+#include "dpxrun/rendezvous.h"
+#include "dpxrun/workers.h"
 
 namespace dpxrun {
 

@@ -1,4 +1,4 @@
-#include "check.h"
+#include "dpxrun/check.h"
 
 #include <fcntl.h>
 #include <netdb.h>
@@ -13,7 +13,7 @@
 #include <cstring>
 #include <thread>
 
-#include "net.h"
+#include "dpxrun/net.h"
 
 namespace dpxrun {
 namespace {

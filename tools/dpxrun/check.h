@@ -15,7 +15,7 @@
 #include <string>
 #include <vector>
 
-#include "config.h"
+#include "dpxrun/config.h"
 
 namespace dpxrun {
 

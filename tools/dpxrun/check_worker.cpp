@@ -10,10 +10,10 @@
 #include <torch/torch.h>
 #include <torch/version.h>
 
-#include "check.h"
+#include "dpxrun/check.h"
 #include "dpx/comm/diagnostics.h"
 #include "dpx/dpx.h"
-#include "net.h"
+#include "dpxrun/net.h"
 
 namespace dpxrun {
 namespace {
@@ -117,29 +117,10 @@ void report_versions_and_addresses(const dpx::Env& env, dpx::Store* store, Repor
   }
 }
 
-}  // namespace
-
-int run_check_worker() {
-  dpx::ProcessOptions process;
-  process.apply_memory_policy = false;  // nothing to cache; SIGPIPE ignored: Note [SIGPIPE]
-  dpx::init_process(process);
-  const dpx::Env env = dpx::Env::read();
-  Report report(env.rank.value_or(-1), env.local_rank.value_or(0));
-  dpx::InitOptions opts;
-  opts.timeout = std::chrono::milliseconds(static_cast<long>(kCheckTimeout * 1000));
-  dpx::StoreAndRank s;
-  try {
-    s = dpx::rendezvous_store(opts);
-  } catch (const std::exception& e) {
-    report.problem("cannot reach the store: " + first_line(e.what()));
-    return report.exit_code();
-  }
-  if (report.host_lead()) {
-    report_versions_and_addresses(env, s.store.get(), report);
-    check_shared_memory(env.local_world_size.value_or(1), report);
-  }
-  dpx::ProcessGroup::Options pg;
-  pg.timeout = opts.timeout;
+// A tiny all-reduce over gloo, then over the backend `auto` (or DPX_BACKEND) picks for these
+// ranks, and what that choice means for the job.
+void check_backends(const dpx::StoreAndRank& s, const dpx::ProcessGroup::Options& pg,
+                    Report& report) {
   try {
     auto gloo = dpx::new_process_group("gloo", dpx::Store::prefix("check/gloo", s.store), s.rank,
                                        s.world_size, pg);
@@ -178,6 +159,32 @@ int run_check_worker() {
   } catch (const std::exception& e) {
     report.problem(first_line(e.what()));
   }
+}
+
+}  // namespace
+
+int run_check_worker() {
+  dpx::ProcessOptions process;
+  process.apply_memory_policy = false;  // nothing to cache; SIGPIPE ignored: Note [SIGPIPE]
+  dpx::init_process(process);
+  const dpx::Env env = dpx::Env::read();
+  Report report(env.rank.value_or(-1), env.local_rank.value_or(0));
+  dpx::InitOptions opts;
+  opts.timeout = std::chrono::milliseconds(static_cast<long>(kCheckTimeout * 1000));
+  dpx::StoreAndRank s;
+  try {
+    s = dpx::rendezvous_store(opts);
+  } catch (const std::exception& e) {
+    report.problem("cannot reach the store: " + first_line(e.what()));
+    return report.exit_code();
+  }
+  if (report.host_lead()) {
+    report_versions_and_addresses(env, s.store.get(), report);
+    check_shared_memory(env.local_world_size.value_or(1), report);
+  }
+  dpx::ProcessGroup::Options pg;
+  pg.timeout = opts.timeout;
+  check_backends(s, pg, report);
   return report.exit_code();
 }
 

@@ -1,4 +1,4 @@
-#include "config.h"
+#include "dpxrun/config.h"
 
 #include <CLI/CLI.hpp>
 #include <unistd.h>
@@ -12,15 +12,17 @@
 #include <thread>
 
 #include "dpx/runtime/cuda.h"
-#include "slurm.h"
+#include "dpxrun/slurm_step.h"
 
 namespace dpxrun {
 namespace {
 
+using Apply = std::function<void(Config&, const std::string&)>;
+
 struct Flag {
   const char* name;  // canonical, underscored: the PET_ variable is PET_<NAME upper-cased>
   bool takes_value;
-  std::function<void(Config&, const std::string&)> apply;
+  Apply apply;
   const char* help;
   const char* short_name = "";  // "-r" for --redirects
 };
@@ -49,9 +51,10 @@ double to_seconds(const std::string& flag, const std::string& v) {
   } catch (const std::exception&) {
     used = 0;
   }
-  // Note [Finite durations]: nan compares false with everything, so a plain `x < 0` check lets
-  // it through, and the agent's waits then never end; inf and huge values overflow the clock
-  // arithmetic of a deadline. A bound of 1e8 s (three years) leaves every deadline finite.
+  // Note [Finite durations]
+  // nan compares false with everything, so a plain `x < 0` check lets it through, and the agent's
+  // waits then never end; inf and huge values overflow the clock arithmetic of a deadline. A bound
+  // of 1e8 s (three years) leaves every deadline finite.
   if (used == 0 || used != v.size() || !std::isfinite(x) || x < 0 || x > kMaxSeconds) {
     fail("--" + flag + " expects a number of seconds from 0 to 1e8, got '" + v + "'");
   }
@@ -154,89 +157,100 @@ void parse_rdzv_conf(Config& c, const std::string& v) {
   }
 }
 
+// What most flags do with their value: keep it, or read it as a switch, a number of seconds, a
+// count (an integer >= 0) or the streams of --redirects and --tee; the errors name the flag.
+Apply keep(std::string Config::*field) {
+  return [field](Config& c, const std::string& v) { c.*field = v; };
+}
+
+Apply as_switch(bool Config::*field, const char* flag) {
+  return [field, flag](Config& c, const std::string& v) { c.*field = to_bool(flag, v); };
+}
+
+Apply as_seconds(double Config::*field, const char* flag) {
+  return [field, flag](Config& c, const std::string& v) { c.*field = to_seconds(flag, v); };
+}
+
+Apply as_count(int Config::*field, const char* flag) {
+  return [field, flag](Config& c, const std::string& v) {
+    c.*field = to_int(flag, v);
+    if (c.*field < 0) fail(std::string("--") + flag + " must be >= 0");
+  };
+}
+
+Apply as_streams(StreamSelect Config::*field, const char* flag) {
+  return [field, flag](Config& c, const std::string& v) { c.*field = parse_streams(flag, v); };
+}
+
+// torchrun's flags that mean nothing to a C++ launcher (it always executes PROGRAM itself): a
+// valid value is accepted, so that torchrun command lines work unchanged.
+Apply accepted_switch(const char* flag) {
+  return [flag](Config&, const std::string& v) { to_bool(flag, v); };
+}
+
+void parse_start_method(Config&, const std::string& v) {
+  if (v != "spawn" && v != "fork" && v != "forkserver") fail("--start-method '" + v + "'");
+}
+
+void parse_rdzv_backend(Config& c, const std::string& v) {
+  if (v != "static" && v != "c10d") {
+    fail("--rdzv-backend '" + v + "': dpxrun supports static and c10d");
+  }
+  c.rdzv_backend = v;
+}
+
+void parse_monitor_interval(Config& c, const std::string& v) {
+  c.monitor_interval = to_seconds("monitor-interval", v);
+  if (c.monitor_interval <= 0) fail("--monitor-interval must be > 0");
+}
+
+void parse_master_port(Config& c, const std::string& v) {
+  c.master_port = to_int("master-port", v);
+  if (c.master_port <= 0 || c.master_port > 65535) fail("--master-port out of range: " + v);
+}
+
 const std::vector<Flag>& flags() {
   static const std::vector<Flag> table = {
       {"nnodes", true, parse_nnodes, "N or MIN:MAX nodes (default 1)"},
       {"nproc_per_node", true, parse_nproc, "workers per node: N, cpu, gpu or auto (default 1)"},
-      {"rdzv_backend", true,
-       [](Config& c, const std::string& v) {
-         if (v != "static" && v != "c10d") {
-           fail("--rdzv-backend '" + v + "': dpxrun supports static and c10d");
-         }
-         c.rdzv_backend = v;
-       },
-       "static (default) or c10d"},
+      {"rdzv_backend", true, parse_rdzv_backend, "static (default) or c10d"},
       {"rdzv_endpoint", true, parse_endpoint, "HOST[:PORT] of the rendezvous (port 29400)"},
-      {"rdzv_id", true, [](Config& c, const std::string& v) { c.rdzv_id = v; },
-       "the job's id; every node gives the same"},
-      {"rdzv_conf", true, parse_rdzv_conf,
-       "join_timeout=S,last_call_timeout=S,close_timeout=S"},
-      {"standalone", false,
-       [](Config& c, const std::string& v) { c.standalone = to_bool("--standalone", v); },
+      {"rdzv_id", true, keep(&Config::rdzv_id), "the job's id; every node gives the same"},
+      {"rdzv_conf", true, parse_rdzv_conf, "join_timeout=S,last_call_timeout=S,close_timeout=S"},
+      {"standalone", false, as_switch(&Config::standalone, "--standalone"),
        "one node, a fresh rendezvous on a free port"},
-      {"max_restarts", true,
-       [](Config& c, const std::string& v) {
-         c.max_restarts = to_int("max-restarts", v);
-         if (c.max_restarts < 0) fail("--max-restarts must be >= 0");
-       },
+      {"max_restarts", true, as_count(&Config::max_restarts, "max-restarts"),
        "restarts of the worker group before failing (default 0)"},
-      {"monitor_interval", true,
-       [](Config& c, const std::string& v) {
-         c.monitor_interval = to_seconds("monitor-interval", v);
-         if (c.monitor_interval <= 0) fail("--monitor-interval must be > 0");
-       },
+      {"monitor_interval", true, parse_monitor_interval,
        "seconds between checks of the workers (default 0.1)"},
-      {"node_rank", true,
-       [](Config& c, const std::string& v) {
-         c.node_rank = to_int("node-rank", v);
-         if (c.node_rank < 0) fail("--node-rank must be >= 0");
-       },
+      {"node_rank", true, as_count(&Config::node_rank, "node-rank"),
        "this node's rank (static rendezvous)"},
-      {"master_addr", true, [](Config& c, const std::string& v) { c.master_addr = v; },
+      {"master_addr", true, keep(&Config::master_addr),
        "rank 0's host (static rendezvous; default 127.0.0.1)"},
-      {"master_port", true,
-       [](Config& c, const std::string& v) {
-         c.master_port = to_int("master-port", v);
-         if (c.master_port <= 0 || c.master_port > 65535) fail("--master-port out of range: " + v);
-       },
-       "rank 0's port (static rendezvous; default 29500)"},
-      {"role", true, [](Config& c, const std::string& v) { c.role = v; },
-       "the workers' role name (default 'default')"},
-      {"log_dir", true, [](Config& c, const std::string& v) { c.log_dir = v; },
+      {"master_port", true, parse_master_port, "rank 0's port (static rendezvous; default 29500)"},
+      {"role", true, keep(&Config::role), "the workers' role name (default 'default')"},
+      {"log_dir", true, keep(&Config::log_dir),
        "keep each worker's stdout/stderr under this directory"},
-      {"redirects", true,
-       [](Config& c, const std::string& v) { c.redirects = parse_streams("--redirects", v); },
+      {"redirects", true, as_streams(&Config::redirects, "--redirects"),
        "streams to the log files only: 0-3 or LOCAL_RANK:0-3,...", "-r"},
-      {"tee", true, [](Config& c, const std::string& v) { c.tee = parse_streams("--tee", v); },
+      {"tee", true, as_streams(&Config::tee, "--tee"),
        "streams to the console and the log files: 0-3 or LOCAL_RANK:0-3,...", "-t"},
-      // A C++ launcher always executes PROGRAM itself; these are accepted so that torchrun
-      // command lines work unchanged.
-      {"no_python", false, [](Config&, const std::string& v) { to_bool("--no-python", v); },
+      {"no_python", false, accepted_switch("--no-python"),
        "accepted for torchrun's sake: PROGRAM is always executed"},
-      {"module", false, [](Config&, const std::string& v) { to_bool("--module", v); },
-       "accepted for torchrun's sake", "-m"},
-      {"start_method", true,
-       [](Config&, const std::string& v) {
-         if (v != "spawn" && v != "fork" && v != "forkserver") fail("--start-method '" + v + "'");
-       },
+      {"module", false, accepted_switch("--module"), "accepted for torchrun's sake", "-m"},
+      {"start_method", true, parse_start_method,
        "accepted for torchrun's sake: spawn, fork or forkserver"},
-      {"stop_grace", true,
-       [](Config& c, const std::string& v) { c.stop_grace = to_seconds("stop-grace", v); },
+      {"stop_grace", true, as_seconds(&Config::stop_grace, "stop-grace"),
        "seconds between SIGTERM and SIGKILL when stopping workers (default 30)"},
-      {"heartbeat_timeout", true,
-       [](Config& c, const std::string& v) {
-         c.heartbeat_timeout = to_seconds("heartbeat-timeout", v);
-       },
+      {"heartbeat_timeout", true, as_seconds(&Config::heartbeat_timeout, "heartbeat-timeout"),
        "restart workers whose heartbeat stalls this long (default 0: off)"},
-      {"check", false, [](Config& c, const std::string& v) { c.check = to_bool("--check", v); },
+      {"check", false, as_switch(&Config::check, "--check"),
        "pre-flight check on every node instead of training: versions, backends, store and "
        "rank reachability, shared memory, interfaces; PROGRAM is optional and not started"},
       {"exit_barrier_timeout", true,
-       [](Config& c, const std::string& v) {
-         c.exit_barrier_timeout = to_seconds("exit-barrier-timeout", v);
-       },
+       as_seconds(&Config::exit_barrier_timeout, "exit-barrier-timeout"),
        "seconds to wait for the other nodes at the end (default 300)"},
-      {"timeline", true, [](Config& c, const std::string& v) { c.timeline = v; },
+      {"timeline", true, keep(&Config::timeline),
        "record a timeline; write the ranks' merged Chrome trace to this file (docs/timeline.md)"},
   };
   return table;
@@ -335,8 +349,9 @@ Config parse_config(const std::vector<std::string>& args) {
   app.footer("PROGRAM and its ARGS are passed on untouched. Every flag is also spelled with\n"
              "underscores (--nproc_per_node) and read from PET_<NAME> (PET_NPROC_PER_NODE=2)\n"
              "when not given. See docs/launcher.md.");
-  // Note [Program arguments]: prefix_command() stops at the first word that is not a flag or a
-  // flag's value: that word is PROGRAM, and it and everything after it are left as they are.
+  // Note [Program arguments]
+  // prefix_command() stops at the first word that is not a flag or a flag's value: that word is
+  // PROGRAM, and it and everything after it are left as they are.
   app.prefix_command();
   std::map<std::string, std::string> values;
   std::vector<std::pair<const Flag*, CLI::Option*>> options;

@@ -1,4 +1,4 @@
-#include "failure.h"
+#include "dpxrun/failure.h"
 
 #include <nlohmann/json.hpp>
 

@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "workers.h"
+#include "dpxrun/workers.h"
 
 namespace dpxrun {
 

@@ -1,4 +1,4 @@
-#include "logs.h"
+#include "dpxrun/logs.h"
 
 #include <fcntl.h>
 #include <poll.h>

@@ -4,10 +4,10 @@
 #include <exception>
 #include <string>
 
-#include "agent.h"
-#include "check.h"
-#include "config.h"
-#include "report.h"
+#include "dpxrun/agent.h"
+#include "dpxrun/check.h"
+#include "dpxrun/config.h"
+#include "dpxrun/report.h"
 
 int main(int argc, char** argv) {
   if (std::getenv(dpxrun::kCheckWorkerVariable) != nullptr) {  // a worker of --check (check.h)

@@ -1,4 +1,4 @@
-#include "net.h"
+#include "dpxrun/net.h"
 
 #include <arpa/inet.h>
 #include <netdb.h>

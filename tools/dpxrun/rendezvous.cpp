@@ -1,4 +1,4 @@
-#include "rendezvous.h"
+#include "dpxrun/rendezvous.h"
 
 #include <algorithm>
 #include <chrono>
@@ -10,8 +10,8 @@
 #include <vector>
 
 #include "dpx/store/errors.h"
-#include "net.h"
-#include "route.h"  // src/store/route.h
+#include "dpxrun/net.h"
+#include "store/route.h"
 
 namespace dpxrun {
 namespace {
@@ -35,10 +35,11 @@ struct NodeEntry {
   int nproc = 0;
 };
 
-// Note [Rendezvous stores]: the static backend's store doubles as the workers' agent store
-// (TORCHELASTIC_USE_AGENT_STORE=True), which PyTorch workers must be able to join: it speaks
-// c10d's protocol. The c10d backend's store is for dpxrun agents only: dpx's own store, bound to
-// the endpoint's address, with the job token.
+// Note [Rendezvous stores]
+// The static backend's store doubles as the workers' agent store
+// (TORCHELASTIC_USE_AGENT_STORE=True), which PyTorch workers must be able to join: it speaks c10d's
+// protocol. The c10d backend's store is for dpxrun agents only: dpx's own store, bound to the
+// endpoint's address, with the job token.
 std::shared_ptr<dpx::Store> connect(const std::string& host, int port, bool server,
                                     double timeout, const std::string* token) {
   dpx::TcpStoreOptions o;

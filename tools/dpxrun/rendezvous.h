@@ -23,7 +23,7 @@
 #include <memory>
 #include <string>
 
-#include "config.h"
+#include "dpxrun/config.h"
 #include "dpx/store/store.h"
 
 namespace dpxrun {
@@ -70,8 +70,8 @@ class Rendezvous {
   FinishResult finish(double timeout_seconds);
 
   std::shared_ptr<dpx::Store> store() const { return store_; }
-  // Where workers reach the store (DPX_AGENT_STORE: "dpx://" marks dpx's own store, Note
-  // [Rendezvous stores]) and key prefix for heartbeats.
+  // Where workers reach the store (DPX_AGENT_STORE: "dpx://" marks dpx's own store,
+  // Note [Rendezvous stores]) and key prefix for heartbeats.
   std::string store_address() const {
     return (config_.is_static() ? "" : "dpx://") + store_host_ + ":" +
            std::to_string(store_->port());

@@ -1,4 +1,4 @@
-#include "report.h"
+#include "dpxrun/report.h"
 
 #include <unistd.h>
 

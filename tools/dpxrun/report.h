@@ -2,7 +2,7 @@
 // docs/timeline.md) and DDP's step reports (docs/ddp.md, "Step report").
 #pragma once
 
-#include "config.h"
+#include "dpxrun/config.h"
 
 namespace dpxrun {
 

@@ -1,4 +1,4 @@
-#include "workers.h"
+#include "dpxrun/workers.h"
 
 #include <fcntl.h>
 #include <signal.h>

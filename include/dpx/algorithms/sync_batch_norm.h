@@ -72,12 +72,12 @@ TORCH_MODULE(SyncBatchNorm);
 // `group` that shares its weight, bias and running statistics, and gives `group` to every
 // SyncBatchNorm already there; returns the module to use (a new one when `module` itself is a
 // BatchNorm, else `module`, changed in place).
-// Note [Converting in C++]: a C++ module calls its children through its own typed members, so
-// only a caller that dispatches through the module tree can be redirected: a BatchNorm inside a
-// torch::nn::Sequential is replaced in place. A BatchNorm held by any other module (a custom
-// module's member, a ModuleList or ModuleDict entry) cannot be, and is an error naming it, found
-// before anything changes: declare it as dpx::SyncBatchNorm (plain BatchNorm until it has a
-// group) instead.
+// Note [Converting in C++]
+// A C++ module calls its children through its own typed members, so only a caller that dispatches
+// through the module tree can be redirected: a BatchNorm inside a torch::nn::Sequential is replaced
+// in place. A BatchNorm held by any other module (a custom module's member, a ModuleList or
+// ModuleDict entry) cannot be, and is an error naming it, found before anything changes: declare it
+// as dpx::SyncBatchNorm (plain BatchNorm until it has a group) instead.
 std::shared_ptr<torch::nn::Module> convert_sync_batchnorm(std::shared_ptr<torch::nn::Module> module,
                                                           std::shared_ptr<ProcessGroup> group);
 

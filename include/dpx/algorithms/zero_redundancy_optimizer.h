@@ -27,9 +27,10 @@ OptimizerFactory optimizer_factory(Options defaults) {
   };
 }
 
-// Note [ZeRO partition]: parameters go to ranks as PyTorch assigns them: group by group, largest
-// first (ties in the given order), each to the rank with the fewest elements so far, counted over
-// all groups. A rank's optimizer holds, for every group, its share of that group (maybe none).
+// Note [ZeRO partition]
+// Parameters go to ranks as PyTorch assigns them: group by group, largest first (ties in the given
+// order), each to the rank with the fewest elements so far, counted over all groups. A rank's
+// optimizer holds, for every group, its share of that group (maybe none).
 class ZeroRedundancyOptimizer : public torch::optim::Optimizer {
  public:
   ZeroRedundancyOptimizer(std::vector<torch::optim::OptimizerParamGroup> param_groups,

@@ -72,8 +72,8 @@ struct LoadStateDictResult {
 };
 
 // Copies the file's tensors into the module's parameters and buffers by name (converting dtype
-// and device as Python's load_state_dict does), with Python's rules for old files (Note [Python's
-// loading rules] in state_dict.cpp): a 1-element 1-D tensor loads into a 0-dim parameter or
+// and device as Python's load_state_dict does), with Python's rules for old files
+// (Note [Python's loading rules] in state_dict.cpp): a 1-element 1-D tensor loads into a 0-dim parameter or
 // buffer, and a norm layer's missing num_batches_tracked is kept as it is unless the file's
 // version metadata says the layer had one. On a mismatch it throws CheckpointError naming every
 // missing, unexpected and mis-shaped key at once, and leaves the module unchanged.

@@ -1,5 +1,6 @@
-// The process-group interface every backend implements (shm, gloo). The public calls check
-// their arguments here, once for all backends, then hand over to the backend's do_* method.
+// The process-group interface every backend implements (shm, gloo, nccl, staged, hierarchical;
+// docs/backends.md). The public calls check their arguments here, once for all backends, then
+// hand over to the backend's do_* method.
 #pragma once
 
 #include <ATen/ATen.h>

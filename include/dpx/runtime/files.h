@@ -1,5 +1,8 @@
 // Files and folders for dpx's programs (dpxrun, the tests), without std::filesystem's
-// out-of-line operations. Note [LibTorch's std::filesystem]: PyTorch 2.11's libtorch.so carries
+// out-of-line operations.
+//
+// Note [LibTorch's std::filesystem]
+// PyTorch 2.11's libtorch.so carries
 // its own copies of those operations (remove_all, create_directories, absolute, ...), and a
 // program linked against it calls them in place of libstdc++'s, since libtorch.so is searched
 // first. Its remove_all jumps to address 0 (seen on the GPU machine: every dpxrun ended in

@@ -1,7 +1,8 @@
 // Aligns a rank's timeline clock with rank 0's through the store.
 //
-// Note [Timeline clocks]: ranks on one host share the steady clock, ranks on other hosts do
-// not. Each rank r > 0 asks rank 0 for its time kRounds times, in turn:
+// Note [Timeline clocks]
+// Ranks on one host share the steady clock, ranks on other hosts do not. Each rank r > 0 asks rank
+// 0 for its time kRounds times, in turn:
 //  1. r sets ".../r/k/ask" and notes t1; rank 0, waiting for that key, sets ".../r/k/now" to
 //     its clock; r, waiting for that key, notes t2 and reads rank 0's time t0.
 //  2. The offset estimate is t0 - (t1 + t2) / 2; the round with the shortest t2 - t1 wins, as

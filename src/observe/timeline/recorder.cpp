@@ -1,10 +1,11 @@
 // The per-process event buffer of the timeline and its file (include/dpx/observe/timeline.h).
 //
-// Note [Timeline cost]: recording happens on the training thread (forward, the reducer's hooks,
-// the caller's scopes): a relaxed atomic load when off; when on, one uncontended mutex and a
-// push into a reserved vector, a few events per bucket and step. Nothing is formatted until the
-// file is written. Times are steady-clock nanoseconds; the offset to rank 0's clock is applied
-// when writing, so align_clock() may run after the first events.
+// Note [Timeline cost]
+// Recording happens on the training thread (forward, the reducer's hooks, the caller's scopes): a
+// relaxed atomic load when off; when on, one uncontended mutex and a push into a reserved vector, a
+// few events per bucket and step. Nothing is formatted until the file is written. Times are
+// steady-clock nanoseconds; the offset to rank 0's clock is applied when writing, so align_clock()
+// may run after the first events.
 #include "dpx/observe/timeline.h"
 
 #include <c10/util/Exception.h>

@@ -1,5 +1,5 @@
-// How failures of c10d's NCCL groups end: dpx's choice, made once per process (Note [NCCL error
-// handling]).
+// How failures of c10d's NCCL groups end: dpx's choice, made once per process
+// (Note [NCCL error handling]).
 #pragma once
 
 namespace dpx::detail {

@@ -1,7 +1,7 @@
 // Points on a device's stream, for the device-agnostic code above: timing (Note [Step times]
-// in ddp/step_times.h) and host copies that must not block the caller (Note [Staged
-// collectives] in comm/backends/staged/process_group_staged.cpp). CUDA code only in
-// stream_mark.cpp, inside #if DPX_WITH_CUDA.
+// in ddp/step_times.h) and host copies that must not block the caller
+// (Note [Staged collectives] in comm/backends/staged/process_group_staged.cpp). CUDA code only
+// in stream_mark.cpp, inside #if DPX_WITH_CUDA.
 #pragma once
 
 #include <ATen/ATen.h>

@@ -1,11 +1,12 @@
 // Which local address the gloo backend listens on, and the Gloo device made for it.
 //
-// Note [Listen where the master is reached]: every rank of a job reaches the rendezvous store,
-// so the local address the kernel routes to the store's host (MASTER_ADDR) is one the other
-// hosts can reach us on, whatever this host's name resolves to (often 127.0.1.1 in /etc/hosts,
-// or the same name on every network-namespace host). GLOO_SOCKET_IFNAME still wins, as in
-// PyTorch. A rank that would listen on loopback although the job spans several hosts fails at
-// once: its peers would otherwise get "connection refused" from somewhere else much later.
+// Note [Listen where the master is reached]
+// Every rank of a job reaches the rendezvous store, so the local address the kernel routes to the
+// store's host (MASTER_ADDR) is one the other hosts can reach us on, whatever this host's name
+// resolves to (often 127.0.1.1 in /etc/hosts, or the same name on every network-namespace host).
+// GLOO_SOCKET_IFNAME still wins, as in PyTorch. A rank that would listen on loopback although the
+// job spans several hosts fails at once: its peers would otherwise get "connection refused" from
+// somewhere else much later.
 #pragma once
 
 #include <memory>

@@ -4,7 +4,7 @@
 #include <cstring>
 
 #include "comm/backends/c10d/c10d_work.h"
-#include "comm/consistency.h"
+#include "comm/coordination/consistency.h"
 #include "comm/backends/gloo/device.h"
 #include "comm/backends/gloo/translate.h"
 #include "store/c10d_adapter.h"

@@ -3,9 +3,9 @@
 
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 
-#include "comm/setup/factory.h"
-#include "comm/consistency.h"
-#include "comm/issuer.h"
+#include "comm/backends/backend_args.h"
+#include "comm/coordination/consistency.h"
+#include "comm/coordination/issuer.h"
 #include "dpx/comm/process_group.h"
 
 namespace dpx::detail {
@@ -30,7 +30,7 @@ class GlooGroup : public ProcessGroup {
   std::shared_ptr<Work> launch_allreduce(at::Tensor& tensor, ReduceOp op);
   // Queues `launch` behind a check of `desc` across ranks (Note [Checked issue]).
   std::shared_ptr<Work> issue(const CollectiveDescriptor& desc, Issuer::Launch launch);
-  // Note [Consistency] in comm/consistency.h; on the issuer thread.
+  // Note [Consistency] in comm/coordination/consistency.h; on the issuer thread.
   void check(CollectiveDescriptor mine);
 
   std::uint32_t seq_ = 0;  // collectives issued on this group; issuer thread only
@@ -39,5 +39,7 @@ class GlooGroup : public ProcessGroup {
   c10::intrusive_ptr<c10d::ProcessGroupGloo> pg_;
   std::unique_ptr<Issuer> issuer_;  // with more than one rank
 };
+
+std::shared_ptr<ProcessGroup> make_gloo_group(const BackendArgs& args);
 
 }  // namespace dpx::detail

@@ -1,13 +1,14 @@
 // The hierarchical backend: shm inside each host, gloo between one leader per host
 // (Note [Hierarchical collectives]).
+#include "comm/backends/hierarchical/process_group_hierarchical.h"
+
 #include <c10/util/Exception.h>
 
 #include <functional>
 
-#include "comm/setup/factory.h"
-#include "comm/consistency.h"
-#include "comm/issuer.h"
-#include "comm/setup/placement.h"
+#include "comm/coordination/consistency.h"
+#include "comm/coordination/issuer.h"
+#include "comm/backends/gloo/process_group_gloo.h"
 #include "comm/backends/shm/process_group_shm.h"
 #include "dpx/comm/errors.h"
 

@@ -1,11 +1,12 @@
 // The nccl backend: c10d's ProcessGroupNCCL behind dpx's interface, one CUDA device per rank
 // (docs/backends.md says why it wraps c10d rather than calling NCCL itself).
+#include "comm/backends/nccl/process_group_nccl.h"
+
 #include <c10/util/Exception.h>
 
 #include <string>
 
-#include "comm/setup/factory.h"
-#include "comm/consistency.h"
+#include "comm/coordination/consistency.h"
 #include "comm/backends/nccl/translate.h"
 #include "dpx/store/errors.h"
 
@@ -63,8 +64,8 @@ class NcclGroup : public ProcessGroup {
       TORCH_WARN_ONCE(where(), "TORCH_NCCL_ASYNC_ERROR_HANDLING is not 2: c10d's watchdog will "
                       "end this process when an NCCL collective fails or times out, instead of "
                       "dpx's typed errors. dpx::init_process() (which init_process_group calls) "
-                      "sets it; DPX_NCCL_ERROR_HANDLING=c10d silences this (Note [NCCL error "
-                      "handling])");
+                      "sets it; DPX_NCCL_ERROR_HANDLING=c10d silences this "
+                      "(Note [NCCL error handling])");
     }
     try {
       pg_ = c10::make_intrusive<c10d::ProcessGroupNCCL>(c10d_group_store(store_, "nccl", rank()),
@@ -102,9 +103,10 @@ class NcclGroup : public ProcessGroup {
     o.rootRank = opts.root;
     return launch("broadcast", [&] { return pg_->broadcast(tensors, o); });
   }
-  // Note [Single-buffer collectives]: called through c10d::Backend, _allgather_base and
-  // _reduce_scatter_base reach ProcessGroupNCCL in every LibTorch 2.x: it overrides them up to
-  // 2.14, and from 2.15 on Backend forwards them to all_gather_single / reduce_scatter_single.
+  // Note [Single-buffer collectives]
+  // Called through c10d::Backend, _allgather_base and _reduce_scatter_base reach ProcessGroupNCCL
+  // in every LibTorch 2.x: it overrides them up to 2.14, and from 2.15 on Backend forwards them to
+  // all_gather_single / reduce_scatter_single.
   std::shared_ptr<Work> do_allgather(at::Tensor& output, const at::Tensor& input) override {
     at::Tensor out = output.view({-1});
     at::Tensor in = input.view({-1});

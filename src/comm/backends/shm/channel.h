@@ -10,7 +10,7 @@
 // post, which a peer makes only after finishing round k.
 //
 // Note [Mismatch check]
-// The shm side of Note [Consistency] (comm/consistency.h). Before its first post of a
+// The shm side of Note [Consistency] (comm/coordination/consistency.h). Before its first post of a
 // collective, a rank writes its CollectiveDescriptor; after the first wait it
 // compares every peer's descriptor with its own, before reading any peer data. Each rank only
 // ever writes inside its own slot, sized by its own arguments, so ranks that disagree never

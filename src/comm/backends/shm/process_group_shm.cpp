@@ -6,7 +6,7 @@
 
 #include <thread>
 
-#include "comm/consistency.h"
+#include "comm/coordination/consistency.h"
 #include "dpx/comm/errors.h"
 #include "runtime/env_read.h"
 

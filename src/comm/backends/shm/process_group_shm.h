@@ -13,7 +13,7 @@
 #include <mutex>
 #include <thread>
 
-#include "comm/setup/factory.h"
+#include "comm/backends/backend_args.h"
 #include "comm/backends/shm/algorithms.h"
 #include "comm/backends/shm/channel.h"
 #include "comm/backends/shm/segment.h"
@@ -108,5 +108,7 @@ class ShmGroup : public ProcessGroup, public std::enable_shared_from_this<ShmGro
   std::chrono::microseconds spin_{0};
   std::thread thread_;
 };
+
+std::shared_ptr<ProcessGroup> make_shm_group(const BackendArgs& args);
 
 }  // namespace dpx::detail

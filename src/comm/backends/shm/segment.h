@@ -12,12 +12,13 @@
 //   3. The other ranks open that path, map it, check the header and set "shm/<g>/mapped/<rank>".
 //   4. Rank 0 waits for every "mapped" key, closes its descriptor and sets "shm/<g>/ready"; the
 //      others wait for "ready".
-// Note [No name]: the segment never has a name in /dev/shm, so no crash at any step (SIGKILL of
-// rank 0 inside the set-up window included) can leave one behind: the memory goes with the last
-// descriptor or mapping. Nor does /dev/shm's size (64 MiB in a default Docker container) limit
-// the group: a memfd is charged to the process's memory like any page it touches. Opening
-// another process's descriptor through /proc needs the same user and pid namespace, which ranks
-// that share a host and a boot id (how `auto` picks shm) normally have.
+// Note [No name]
+// The segment never has a name in /dev/shm, so no crash at any step (SIGKILL of rank 0 inside the
+// set-up window included) can leave one behind: the memory goes with the last descriptor or
+// mapping. Nor does /dev/shm's size (64 MiB in a default Docker container) limit the group: a memfd
+// is charged to the process's memory like any page it touches. Opening another process's descriptor
+// through /proc needs the same user and pid namespace, which ranks that share a host and a boot id
+// (how `auto` picks shm) normally have.
 #pragma once
 
 #include <atomic>
@@ -27,7 +28,7 @@
 #include <memory>
 #include <string>
 
-#include "comm/consistency.h"
+#include "comm/coordination/consistency.h"
 #include "dpx/store/store.h"
 
 namespace dpx::detail::shm {

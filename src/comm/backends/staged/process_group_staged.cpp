@@ -1,13 +1,14 @@
 // Device tensors over a host backend (Note [Staged collectives]).
+#include "comm/backends/staged/process_group_staged.h"
+
 #include <c10/util/Exception.h>
 
 #include <chrono>
 #include <string>
 #include <thread>
 
-#include "comm/setup/factory.h"
 #include "comm/copy_back_work.h"
-#include "comm/issuer.h"
+#include "comm/coordination/issuer.h"
 #include "runtime/cuda/stream_mark.h"
 #include "dpx/store/errors.h"
 

@@ -1,9 +1,14 @@
-#include "comm/setup/factory.h"
+#include "comm/init/factory.h"
 
 #include <c10/util/Exception.h>
 
 #include <optional>
 
+#include "comm/backends/gloo/process_group_gloo.h"
+#include "comm/backends/hierarchical/process_group_hierarchical.h"
+#include "comm/backends/nccl/process_group_nccl.h"
+#include "comm/backends/shm/process_group_shm.h"
+#include "comm/backends/staged/process_group_staged.h"
 #include "comm/setup/choose.h"
 #include "dpx/store/errors.h"
 #include "dpx/runtime/cuda.h"

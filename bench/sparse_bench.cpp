@@ -8,7 +8,7 @@
 
 #include <cstdio>
 
-#include "compare.h"
+#include "bench/compare.h"
 #include "dpx/dpx.h"
 
 namespace dpx::bench {

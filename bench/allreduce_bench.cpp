@@ -14,7 +14,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "command.h"
+#include "bench/command.h"
 #include "dpx/dpx.h"
 
 namespace dpx::bench {
@@ -115,12 +115,13 @@ Row measure(ProcessGroup& pg, std::int64_t bytes, const AllreduceArgs& a) {
   return row;
 }
 
-// Note [Ring fit]: the ring model of an all-reduce of S bytes on p ranks is
-// t = 2(p-1) alpha + 2(p-1)/p S / beta (docs/scaling.md). alpha is read off the small sizes
-// (the fastest of those up to 4 KiB, where bandwidth does not count), beta off the large ones
-// (the median of 2(p-1)/p S / (t - 2(p-1) alpha) over sizes from 1 MiB): one straight line
-// through all sizes would let the mid sizes that fit in the caches decide the bandwidth. With
-// one rank, or without both kinds of sizes in the sweep, there is nothing to fit.
+// Note [Ring fit]
+// The ring model of an all-reduce of S bytes on p ranks is t = 2(p-1) alpha + 2(p-1)/p S / beta
+// (docs/scaling.md). alpha is read off the small sizes (the fastest of those up to 4 KiB, where
+// bandwidth does not count), beta off the large ones (the median of 2(p-1)/p S / (t - 2(p-1) alpha)
+// over sizes from 1 MiB): one straight line through all sizes would let the mid sizes that fit in
+// the caches decide the bandwidth. With one rank, or without both kinds of sizes in the sweep,
+// there is nothing to fit.
 struct RingFit {
   double alpha_us = 0;
   double beta_gbps = 0;

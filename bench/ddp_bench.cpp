@@ -15,9 +15,9 @@
 #include <memory>
 #include <thread>
 
-#include "command.h"
-#include "stats.h"
-#include "ddp_models.h"
+#include "bench/command.h"
+#include "bench/stats.h"
+#include "bench/bench_models.h"
 #include "dpx/dpx.h"
 
 namespace dpx::bench {

@@ -6,8 +6,8 @@
 
 #include <cstdio>
 
-#include "compare.h"
-#include "ddp_models.h"
+#include "bench/compare.h"
+#include "bench/bench_models.h"
 #include "dpx/dpx.h"
 #include "dpx/algorithms/local_sgd.h"
 

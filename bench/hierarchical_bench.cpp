@@ -17,9 +17,9 @@
 #include <string>
 #include <vector>
 
-#include "command.h"
+#include "bench/command.h"
 #include "dpx/dpx.h"
-#include "stats.h"
+#include "bench/stats.h"
 
 namespace dpx::bench {
 namespace {

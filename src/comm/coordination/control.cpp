@@ -1,4 +1,4 @@
-#include "comm/control.h"
+#include "comm/coordination/control.h"
 
 #include "comm/copy_back_work.h"
 

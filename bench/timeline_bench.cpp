@@ -9,7 +9,7 @@
 #include <memory>
 #include <vector>
 
-#include "command.h"
+#include "bench/command.h"
 #include "dpx/observe/timeline.h"
 
 namespace dpx::bench {

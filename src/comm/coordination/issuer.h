@@ -2,9 +2,9 @@
 //
 // Note [Checked issue]
 // The gloo backend compares every collective's descriptor across ranks before Gloo sees its
-// data (Note [Consistency] in comm/consistency.h). That comparison waits for the peers, so on
-// the caller's thread it would make allreduce() block until every rank called it: a DDP
-// gradient hook would stall backward instead of overlapping with it. So callers only queue
+// data (Note [Consistency] in comm/coordination/consistency.h). That comparison waits for the
+// peers, so on the caller's thread it would make allreduce() block until every rank called it:
+// a DDP gradient hook would stall backward instead of overlapping with it. So callers only queue
 // the collective; the issuer thread checks it and hands it to Gloo, one after the other, and
 // the caller's Work follows the one Gloo returns. One thread also keeps the order in which
 // c10d numbers (tags) the operations the same on every rank. After a lost peer or a timeout,

@@ -13,8 +13,8 @@
 #include <string>
 #include <vector>
 
-#include "command.h"
-#include "stats.h"
+#include "bench/command.h"
+#include "bench/stats.h"
 #include "dpx/data_parallel/data_parallel.h"
 #include "dpx/runtime/memory_policy.h"
 
@@ -22,8 +22,8 @@ namespace dpx::bench {
 namespace {
 
 // conv 32, conv 64, max-pool, fc 128, fc 10: PyTorch's MNIST example network, as FashionCnn in
-// ddp_models.h, but Cloneable (DataParallel replicates it). Not the CNN of examples/fashion_mnist,
-// which pads its convolutions and pools after each.
+// bench_models.h, but Cloneable (DataParallel replicates it). Not the CNN of
+// examples/fashion_mnist, which pads its convolutions and pools after each.
 struct CnnImpl : torch::nn::Cloneable<CnnImpl> {
   CnnImpl() { reset(); }
   void reset() override {

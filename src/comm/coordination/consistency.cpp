@@ -1,4 +1,4 @@
-#include "comm/consistency.h"
+#include "comm/coordination/consistency.h"
 
 #include <c10/core/ScalarType.h>
 

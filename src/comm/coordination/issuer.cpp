@@ -1,4 +1,4 @@
-#include "comm/issuer.h"
+#include "comm/coordination/issuer.h"
 
 #include <algorithm>
 

@@ -6,7 +6,7 @@
 
 #include <cstdio>
 
-#include "compare.h"
+#include "bench/compare.h"
 #include "dpx/dpx.h"
 #include "dpx/algorithms/sync_batch_norm.h"
 

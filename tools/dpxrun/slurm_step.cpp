@@ -1,4 +1,4 @@
-#include "slurm.h"
+#include "dpxrun/slurm_step.h"
 
 #include <c10/util/Exception.h>
 

@@ -1,4 +1,4 @@
-#include "comm/init_url.h"
+#include "comm/init/init_url.h"
 
 #include <c10/util/Exception.h>
 

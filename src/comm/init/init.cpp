@@ -5,8 +5,8 @@
 #include <sys/socket.h>
 
 #include "comm/setup/backend.h"
-#include "comm/setup/factory.h"
-#include "comm/init_url.h"
+#include "comm/init/factory.h"
+#include "comm/init/init_url.h"
 #include "store/job_token.h"
 #include "dpx/store/errors.h"
 #include "dpx/runtime/cuda.h"
@@ -36,9 +36,10 @@ void check_rank(int rank, int world_size) {
               world_size, "; ranks go from 0 to world_size - 1");
 }
 
-// Note [Resolve the master first]: a store client retries a host name that does not resolve
-// until its timeout and then reports "no answer", which sends the user looking for a dead rank 0.
-// One getaddrinfo() up front names the real problem at once.
+// Note [Resolve the master first]
+// A store client retries a host name that does not resolve until its timeout and then reports "no
+// answer", which sends the user looking for a dead rank 0. One getaddrinfo() up front names the
+// real problem at once.
 void check_resolves(const std::string& host, const char* source, int rank, int world_size) {
   addrinfo hints{};
   hints.ai_family = AF_UNSPEC;
@@ -57,10 +58,10 @@ void check_resolves(const std::string& host, const char* source, int rank, int w
   TORCH_CHECK(false, what, "; set it to rank 0's host name or IP address");
 }
 
-// Note [Agent store]: with TORCHELASTIC_USE_AGENT_STORE=True the store is the launcher's, which
-// may be torchrun's c10d TCPStore (or dpxrun's static one, which PyTorch workers share): speak
-// c10d's protocol to it. Otherwise rank 0 serves dpx's own store, bound to MASTER_ADDR, with the
-// job's token.
+// Note [Agent store]
+// With TORCHELASTIC_USE_AGENT_STORE=True the store is the launcher's, which may be torchrun's c10d
+// TCPStore (or dpxrun's static one, which PyTorch workers share): speak c10d's protocol to it.
+// Otherwise rank 0 serves dpx's own store, bound to MASTER_ADDR, with the job's token.
 struct StoreAt {
   std::string host;
   int port = 0;
