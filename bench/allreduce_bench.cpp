@@ -1,7 +1,9 @@
 // dpx-bench allreduce: all-reduce time and bandwidth over a size sweep, nccl-tests style.
 // Runs as one worker of an env:// job (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT); rank 0
 // prints. time is the median over iterations of the slowest rank's time; algbw = bytes / time,
-// busbw = algbw * 2 (n - 1) / n. Every size is checked once before it is timed.
+// busbw = algbw * 2 (n - 1) / n. Every size is checked once before it is timed. On a GPU, each
+// size also shows the time of copying it to host memory and back (copy(us)): the floor under an
+// all-reduce staged through host memory, whatever the transport.
 #include <torch/torch.h>
 
 #include <algorithm>
@@ -64,6 +66,7 @@ struct Row {
   double algbw;
   double busbw;
   bool ok;
+  double copy_us = 0;  // GPU only: device-to-host plus host-to-device copy of the same bytes
 };
 
 // Every rank all-reduces (rank + 1) and expects world (world + 1) / 2 everywhere.
@@ -79,6 +82,22 @@ bool check(ProcessGroup& pg, at::Tensor& t) {
 
 double seconds_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+// Median time of t -> pinned host memory -> t, each copy synchronous, as a staged all-reduce
+// must at least do once.
+double copy_round_trip_us(at::Tensor& t, int iters) {
+  auto host = at::empty(t.sizes(), t.options().device(at::kCPU).pinned_memory(true));
+  std::vector<double> times;
+  for (int i = 0; i < std::max(iters, 1); ++i) {
+    const auto start = std::chrono::steady_clock::now();
+    host.copy_(t);
+    t.copy_(host);
+    torch::cuda::synchronize(t.device().index());
+    times.push_back(seconds_since(start) * 1e6);
+  }
+  std::sort(times.begin(), times.end());
+  return times[times.size() / 2];
 }
 
 Row measure(ProcessGroup& pg, std::int64_t bytes, const AllreduceArgs& a) {
@@ -112,6 +131,7 @@ Row measure(ProcessGroup& pg, std::int64_t bytes, const AllreduceArgs& a) {
   row.us = sec * 1e6;
   row.algbw = row.bytes / sec / 1e9;
   row.busbw = row.algbw * 2.0 * (n - 1) / n;
+  if (device.is_cuda()) row.copy_us = copy_round_trip_us(t, row.iters);
   return row;
 }
 
@@ -156,11 +176,12 @@ int run(const AllreduceArgs& a) {
   o.device = cuda::local_device(at::Device(a.device));
   auto pg = init_process_group(o);
   const bool print = pg->rank() == 0;
+  const bool gpu = pg->options().device.is_cuda();
   if (print && !a.json) {
     std::printf("# dpx-bench allreduce: backend %s, %d ranks, float32 sum, on %s\n",
                 pg->backend().c_str(), pg->size(), pg->options().device.str().c_str());
-    std::printf("%12s %7s %12s %10s %10s %6s\n", "size(B)", "iters", "time(us)", "algbw(GB/s)",
-                "busbw(GB/s)", "check");
+    std::printf("%12s %7s %12s %10s %10s %6s%s\n", "size(B)", "iters", "time(us)", "algbw(GB/s)",
+                "busbw(GB/s)", "check", gpu ? "     copy(us)   vs copy" : "");
   }
   bool all_ok = true;
   auto rows = nlohmann::ordered_json::array();
@@ -173,9 +194,12 @@ int run(const AllreduceArgs& a) {
     if (a.json) {
       rows.push_back({{"bytes", r.bytes}, {"iters", r.iters}, {"time_us", r.us},
                       {"algbw_gbps", r.algbw}, {"busbw_gbps", r.busbw}, {"ok", r.ok}});
+      if (gpu) rows.back()["copy_us"] = r.copy_us;
     } else {
-      std::printf("%12lld %7d %12.2f %11.3f %11.3f %6s\n", static_cast<long long>(r.bytes),
+      std::printf("%12lld %7d %12.2f %11.3f %11.3f %6s", static_cast<long long>(r.bytes),
                   r.iters, r.us, r.algbw, r.busbw, r.ok ? "ok" : "FAIL");
+      if (gpu) std::printf(" %12.2f %8.2fx", r.copy_us, r.us / r.copy_us);
+      std::printf("\n");
       std::fflush(stdout);
     }
   }

@@ -1,5 +1,6 @@
 // dpx-bench dp: training samples/s of the Fashion-MNIST CNN on synthetic data, in one run
-// alternating DataParallel on CPU replicas with one process at 1 and at 2 intra-op threads.
+// alternating DataParallel on CPU replicas with one process at 1 and at 2 intra-op threads, or
+// (--device cuda) DataParallel with its replicas sharing cuda:0 against the module alone there.
 #include <torch/torch.h>
 
 #include <dlfcn.h>
@@ -48,6 +49,7 @@ struct Args {
   int64_t rounds = 5;
   int64_t warmup = 2;   // untimed steps per configuration before the first round
   int64_t replicas = 2;
+  std::string device = "cpu";  // cpu, or cuda: replicas share cuda:0
 };
 
 void add_flags(CLI::App& app, Args& args) {
@@ -60,6 +62,21 @@ void add_flags(CLI::App& app, Args& args) {
       ->check(at_least(0));
   app.add_option("--replicas", args.replicas, "CPU replicas of DataParallel (default 2)")
       ->check(at_least(1));
+  app.add_option("--device", args.device,
+                 "cpu (CPU replicas against one process) or cuda (replicas sharing cuda:0 "
+                 "against the module alone on cuda:0); default cpu")
+      ->check(CLI::IsMember({"cpu", "cuda"}));
+}
+
+torch::Device replica_device(const Args& args) {
+  return args.device == "cuda" ? torch::Device("cuda:0") : torch::Device(torch::kCPU);
+}
+
+// The whole step must have run when the clock stops: CUDA kernels run after the host returns.
+void finish_work(const Args& args) {
+  if (args.device == "cuda") {
+    torch::cuda::synchronize();
+  }
 }
 
 // One configuration: a model, its optimizer, and how to run a forward.
@@ -109,8 +126,10 @@ double max_grad_difference(const Cnn& init, const Args& args, const torch::Tenso
                            const torch::Tensor& y) {
   Cnn plain(std::dynamic_pointer_cast<CnnImpl>(init->clone()));
   Cnn wrapped(std::dynamic_pointer_cast<CnnImpl>(init->clone()));
+  plain->to(replica_device(args));
+  wrapped->to(replica_device(args));
   DataParallelOptions options;
-  options.devices.assign(args.replicas, torch::kCPU);
+  options.devices.assign(args.replicas, replica_device(args));
   DataParallel dp(wrapped, options);
   torch::nll_loss(plain->forward(x), y).backward();
   torch::nll_loss(dp->forward(x), y).backward();
@@ -126,27 +145,39 @@ double max_grad_difference(const Cnn& init, const Args& args, const torch::Tenso
 int run(const Args& args) {
   // One process: DPX_MALLOC's policy (retain when unset) holds for every configuration alike.
   const MemoryPolicy policy = apply_memory_policy();
+  const bool cuda = args.device == "cuda";
+  if (cuda && !torch::cuda::is_available()) {
+    std::fprintf(stderr, "dpx-bench dp: --device cuda needs a GPU, and CUDA sees none here\n");
+    return 1;
+  }
   torch::manual_seed(0);
-  auto x = torch::randn({args.batch, 1, 28, 28});
-  auto y = torch::randint(10, {args.batch});
+  auto x = torch::randn({args.batch, 1, 28, 28}).to(replica_device(args));
+  auto y = torch::randint(10, {args.batch}).to(replica_device(args));
   Cnn init;
 
   std::vector<Config> configs;
   auto add = [&](std::string name, int threads, bool data_parallel) {
     Config c{std::move(name), threads, Cnn(std::dynamic_pointer_cast<CnnImpl>(init->clone()))};
+    c.net->to(replica_device(args));
     c.opt = std::make_unique<torch::optim::SGD>(c.net->parameters(),
                                                 torch::optim::SGDOptions(0.01).momentum(0.9));
     if (data_parallel) {
       DataParallelOptions options;
-      options.devices.assign(args.replicas, torch::kCPU);
+      options.devices.assign(args.replicas, replica_device(args));
       options.threads_per_replica = 1;
       c.dp = DataParallel(c.net, options);
     }
     configs.push_back(std::move(c));
   };
-  add("single process, 1 intra-op thread", 1, false);
-  add("single process, 2 intra-op threads", 2, false);
-  add("DataParallel, " + std::to_string(args.replicas) + " CPU replicas x 1 thread", 1, true);
+  if (cuda) {
+    // The baseline is the module alone on the GPU; the host threads matter little there.
+    add("module alone on cuda:0", 1, false);
+    add("DataParallel, " + std::to_string(args.replicas) + " replicas sharing cuda:0", 1, true);
+  } else {
+    add("single process, 1 intra-op thread", 1, false);
+    add("single process, 2 intra-op threads", 2, false);
+    add("DataParallel, " + std::to_string(args.replicas) + " CPU replicas x 1 thread", 1, true);
+  }
 
   std::printf("# dpx-bench dp: Fashion-MNIST CNN, synthetic 28x28 batch %lld, SGD momentum; "
               "%lld rounds x %lld steps, configurations alternated\n",
@@ -169,6 +200,7 @@ int run(const Args& args) {
     for (int64_t i = 0; i < args.warmup; ++i) {
       c.step(x, y);
     }
+    finish_work(args);
   }
   for (int64_t round = 0; round < args.rounds; ++round) {
     for (auto& c : configs) {
@@ -178,12 +210,21 @@ int run(const Args& args) {
       for (int64_t i = 0; i < args.steps; ++i) {
         c.step(x, y);
       }
+      finish_work(args);
       const std::chrono::duration<double> took = std::chrono::steady_clock::now() - start;
       c.samples_per_s.push_back(static_cast<double>(args.batch * args.steps) / took.count());
       c.busy.push_back((cpu_seconds() - cpu_start) / took.count());
     }
   }
   const double one = median(configs[0].samples_per_s);
+  if (cuda) {
+    std::printf("%-44s %12s %12s %10s\n", "configuration", "samples/s", "vs alone", "cores busy");
+    for (const auto& c : configs) {
+      const double m = median(c.samples_per_s);
+      std::printf("%-44s %12.1f %11.2fx %10.2f\n", c.name.c_str(), m, m / one, median(c.busy));
+    }
+    return 0;
+  }
   const double two = median(configs[1].samples_per_s);
   std::printf("%-44s %12s %10s %10s %10s\n", "configuration", "samples/s", "vs 1 thr",
               "vs 2 thr", "cores busy");

@@ -9,6 +9,9 @@
 #                                            Gloo's and zlib's headers; Fashion-MNIST: 36 MB)
 #                                            into build-gpu-deps/ (ignored by git), to take along
 #   bash scripts/gpu_check.sh plan           the steps, in order, with their time budgets
+#   bash scripts/gpu_check.sh filters BUILD  each test step's gtest filter against BUILD's test
+#                                            binaries, no GPU needed: fails if a pattern matches
+#                                            no test (CTest scripts.gpu_check_filters)
 #   bash scripts/gpu_check.sh all [RESULTS]  on the GPU machine: every step, under one deadline
 #
 # Steps run most-informative first: build, the CUDA tests, the example, the benchmarks. Each has
@@ -28,13 +31,14 @@ start=$SECONDS
 
 # name budget(s) what
 steps=(
-  "build 220 configure and build dpx, its tests, the example and dpx-bench (DPX_CUDA=ON)"
+  "build 200 configure and build dpx, its tests, the example and dpx-bench (DPX_CUDA=ON)"
   "unit 30 unit tests that need a GPU"
   "multirank 30 threads-as-ranks tests on the GPU: staged groups, nccl"
   "multiproc 85 process tests on the GPU: DDP, the launcher counting GPUs, the example's CLI"
   "example 60 the example on the GPU, 2 workers, 1 epoch: test accuracy at least 85%"
   "bench_allreduce 45 all-reduce: nccl on 1 rank, 2 ranks shm-staged on the GPU, 2 CPU ranks"
   "bench_ddp 70 DDP step: 1 rank against plain LibTorch, 2 ranks against Python DDP"
+  "bench_dp 20 DataParallel: 2 replicas sharing cuda:0 against the module alone there"
 )
 
 plan() {
@@ -137,15 +141,43 @@ failed_log() {
   detail="$1.log: ${first:-$(tail -n 1 "$work/$1.log")}"
 }
 
-# One test binary with a gtest filter, results as XML. Fails when the binary fails, runs out of
-# time, or a pattern of the filter matches no test (a renamed test must not drop out).
-gtest() {
-  local name=$1 filter=$2 limit=$3 bin="build-gpu/tests/dpx_${1}_tests" status=0 pattern count
-  [ -x "$bin" ] || { detail="$bin was not built"; return 1; }
-  for pattern in ${filter//:/ }; do
-    count=$("$bin" --gtest_list_tests --gtest_filter="$pattern" | grep -c '^  ')
-    [ "$count" != 0 ] || { say "the pattern '$pattern' matches no $name test"; status=1; }
+# Every test that needs a GPU has Cuda or Nccl in its suite's name, or is named here (each skips
+# without a GPU elsewhere, so here it must run); Cli.Example* runs the example's CLI.
+declare -A filters=(
+  [unit]='*Cuda*:BackendChoice.AGpu*:BackendChoice.AutoOnAGpu*:CheckpointTest.MapLocation*'
+  [multirank]='*Cuda*:*Nccl*:Staged*'
+  [multiproc]='*Cuda*:*Nccl*:Cli.Example*'
+)
+
+# Prints each pattern of a tier's filter that matches no test of BIN: a renamed test must not
+# drop out of the check. (`gpu_check.sh filters BUILD` runs this without a GPU, as CTest does.)
+unmatched() {
+  local bin=$1 tier=$2 pattern
+  for pattern in ${filters[$tier]//:/ }; do
+    "$bin" --gtest_list_tests --gtest_filter="$pattern" | grep -q '^  ' ||
+      echo "the pattern '$pattern' matches no $tier test"
   done
+}
+
+filters_check() {
+  local build=${1:?usage: gpu_check.sh filters BUILD_DIR} tier bad status=0
+  for tier in unit multirank multiproc; do
+    [ -x "$build/tests/dpx_${tier}_tests" ] || { echo "no $build/tests/dpx_${tier}_tests"; return 1; }
+    bad=$(unmatched "$build/tests/dpx_${tier}_tests" "$tier")
+    [ -z "$bad" ] || { echo "$bad"; status=1; }
+    echo "$tier: ${filters[$tier]}: $("$build/tests/dpx_${tier}_tests" --gtest_list_tests \
+      --gtest_filter="${filters[$tier]}" | grep -c '^  ') tests"
+  done
+  return "$status"
+}
+
+# One test binary with its tier's filter, results as XML. Fails when the binary fails, runs out
+# of time, or a pattern of the filter matches no test.
+gtest() {
+  local name=$1 limit=$2 bin="build-gpu/tests/dpx_${1}_tests" status=0 bad filter=${filters[$1]}
+  [ -x "$bin" ] || { detail="$bin was not built"; return 1; }
+  bad=$(unmatched "$bin" "$name")
+  [ -z "$bad" ] || { say "$bad"; status=1; }
   limited "$limit" "$bin" --gtest_filter="$filter" --gtest_output="xml:$work/$name.xml" \
     >"$work/$name.txt" 2>&1 || status=$?
   grep -hE '^\[ +(FAILED|SKIPPED) +\] .*\)$' "$work/$name.txt" | tee -a "$work/summary.txt"
@@ -154,11 +186,9 @@ gtest() {
   return "$status"
 }
 
-# Every test that needs a GPU has Cuda or Nccl in its suite's name, or is named here (each skips
-# without a GPU elsewhere, so here it must run); Cli.Example* runs the example's CLI.
-step_unit() { gtest unit '*Cuda*:*Nccl*:BackendChoice.AGpu*:CheckpointTest.MapLocation*' "$1"; }
-step_multirank() { gtest multirank '*Cuda*:*Nccl*:Staged*' "$1"; }
-step_multiproc() { gtest multiproc '*Cuda*:*Nccl*:Cli.Example*' "$1"; }
+step_unit() { gtest unit "$1"; }
+step_multirank() { gtest multirank "$1"; }
+step_multiproc() { gtest multiproc "$1"; }
 
 # The example on the GPU (2 workers share it when there is one): one epoch, whose test accuracy
 # must reach 85% (the CPU build reaches 88-89% after one epoch; the H100 89.0%).
@@ -207,11 +237,19 @@ step_bench_ddp() {
   detail="$(grep -E '^- ' "$work/ddp.txt" | tr '\n' ' ')"
 }
 
+# DataParallel on one GPU: {cuda:0, cuda:0} against the module alone on cuda:0.
+step_bench_dp() {
+  limited "$1" build-gpu/bench/dpx-bench dp --device cuda --replicas 2 --rounds 3 --steps 10 \
+    >"$work/dp.txt" 2>&1 || return $?
+  detail="$(grep -E 'sharing cuda:0' "$work/dp.txt" | tr -s ' ')"
+}
+
 case "${1:-}" in
   pack) pack; exit ;;
   plan) plan; exit ;;
+  filters) filters_check "${2:-}"; exit ;;
   all) ;;
-  *) echo "usage: $0 pack | plan | all [RESULTS_DIR]" >&2; exit 2 ;;
+  *) echo "usage: $0 pack | plan | filters BUILD_DIR | all [RESULTS_DIR]" >&2; exit 2 ;;
 esac
 results="${2:-${OUT:-$PWD/runs/gpu}}"
 if ! gpu="$(nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>/dev/null)" ||
