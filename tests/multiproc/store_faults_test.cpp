@@ -17,6 +17,7 @@
 #include "expect_throws.h"
 #include "harness.h"
 #include "launcher_harness.h"
+#include "raw_socket.h"
 
 namespace dpx {
 namespace {
@@ -24,13 +25,10 @@ namespace {
 using namespace std::chrono_literals;
 using Clock = std::chrono::steady_clock;
 namespace proto = detail::store_protocol;
-
-struct Socket {
-  int fd = -1;
-  ~Socket() {
-    if (fd >= 0) ::close(fd);
-  }
-};
+using test::closed_by_server;
+using test::foreign_listener;
+using test::raw_client;
+using test::Socket;
 
 sockaddr_in loopback(int port, const char* ip = "127.0.0.1") {
   sockaddr_in a{};
@@ -40,44 +38,7 @@ sockaddr_in loopback(int port, const char* ip = "127.0.0.1") {
   return a;
 }
 
-// A program that listens on 127.0.0.1 (a free port) and never answers.
-Socket foreign_listener(int& port) {
-  Socket s{::socket(AF_INET, SOCK_STREAM, 0)};
-  auto a = loopback(0);
-  EXPECT_EQ(::bind(s.fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)), 0);
-  EXPECT_EQ(::listen(s.fd, 16), 0);
-  socklen_t len = sizeof(a);
-  ::getsockname(s.fd, reinterpret_cast<sockaddr*>(&a), &len);
-  port = ntohs(a.sin_port);
-  return s;
-}
-
-Socket raw_client(int port, const std::string& bytes) {
-  Socket s{::socket(AF_INET, SOCK_STREAM, 0)};
-  auto a = loopback(port);
-  EXPECT_EQ(::connect(s.fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)), 0);
-  if (!bytes.empty()) EXPECT_EQ(::send(s.fd, bytes.data(), bytes.size(), MSG_NOSIGNAL),
-                                static_cast<ssize_t>(bytes.size()));
-  return s;
-}
-
-std::string hello(const std::string& token) {
-  return proto::Writer().u8(proto::kHello).str(proto::kMagic).str(token).frame();
-}
-
-// Waits (up to `limit`) until the server closes `fd`, reading and dropping what it sends first.
-bool closed_by_server(int fd, std::chrono::milliseconds limit) {
-  const auto end = Clock::now() + limit;
-  char buf[256];
-  while (Clock::now() < end) {
-    pollfd p{fd, POLLIN, 0};
-    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(end - Clock::now());
-    if (::poll(&p, 1, static_cast<int>(left.count())) <= 0) return false;
-    const ssize_t n = ::recv(fd, buf, sizeof(buf), 0);
-    if (n <= 0) return true;
-  }
-  return false;
-}
+std::string hello(const std::string& token) { return test::dpx_hello(token); }
 
 std::shared_ptr<Store> server_store(const std::string& token = "",
                                     std::chrono::milliseconds client_deadline = 1s) {
@@ -248,7 +209,7 @@ TEST(StoreFaults, AHostNameThatResolvesToLoopbackHereIsServedOnEveryInterface) {
   o.is_server = true;
   auto server = Store::tcp(o);
   // Listening on every interface holds the port on 127.0.0.2 too.
-  Socket other{::socket(AF_INET, SOCK_STREAM, 0)};
+  Socket other(::socket(AF_INET, SOCK_STREAM, 0));
   auto a = loopback(server->port(), "127.0.0.2");
   EXPECT_NE(::bind(other.fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)), 0);
   client_store(server->port())->set("k", "v");
@@ -258,10 +219,10 @@ TEST(StoreFaults, AHostNameThatResolvesToLoopbackHereIsServedOnEveryInterface) {
 TEST(StoreFaults, TheServerListensOnlyOnTheAddressItWasGiven) {
   auto server = server_store();  // 127.0.0.1
   // Had it bound every interface (c10d's TCPStore does), this bind would fail with EADDRINUSE.
-  Socket other{::socket(AF_INET, SOCK_STREAM, 0)};
+  Socket other(::socket(AF_INET, SOCK_STREAM, 0));
   auto a = loopback(server->port(), "127.0.0.2");
   EXPECT_EQ(::bind(other.fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)), 0) << strerror(errno);
-  Socket v6{::socket(AF_INET6, SOCK_STREAM, 0)};
+  Socket v6(::socket(AF_INET6, SOCK_STREAM, 0));
   if (v6.fd >= 0) {
     sockaddr_in6 b{};
     b.sin6_family = AF_INET6;
