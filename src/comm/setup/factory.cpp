@@ -5,6 +5,7 @@
 #include <optional>
 
 #include "comm/setup/choose.h"
+#include "comm/setup/members.h"
 #include "dpx/store/errors.h"
 #include "dpx/runtime/cuda.h"
 
@@ -18,6 +19,8 @@ std::shared_ptr<ProcessGroup> make_group(Backend asked, const BackendArgs& args)
               asked == Backend::kNccl ? "nccl works on CUDA devices only; give "
               "ProcessGroup::Options::device = cuda (or use shm or gloo on the CPU)" :
               "dpx runs groups on the CPU or on CUDA devices");
+  check_members(*args.store, args.rank, args.size, args.options.timeout,
+                where(args.rank, args.size));
   std::optional<Placement> placement;
   auto placed = [&]() -> const Placement& {
     if (!placement) {
