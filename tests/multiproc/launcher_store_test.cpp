@@ -8,6 +8,8 @@
 
 #include <fstream>
 
+#include "dpx/store/errors.h"
+#include "expect_throws.h"
 #include "harness.h"
 #include "launcher_harness.h"
 #include "raw_socket.h"
@@ -100,6 +102,32 @@ TEST(LauncherStore, GarbageOnTheStaticStoreHarmsNoJob) {
   EXPECT_EQ(r.exit_code, 0) << r.output;
   EXPECT_LT(seconds_since(start), 40.0);
   EXPECT_EQ(sum_of(dir.path(), 1), "3 2");
+}
+
+// The static store is dpx's own, so the job token guards it: a dpx client with another token is
+// refused at once, one with the job's token gets in (c10d's server, which it replaced, answered
+// neither).
+TEST(LauncherStore, TheStaticStoreDemandsTheJobToken) {
+  TempDir dir;
+  const int port = free_tcp_port();
+  LaunchOptions o;
+  o.set_env["DPX_STORE_TOKEN"] = "s3cret";
+  Launch job({dpxrun_path(), "--nproc-per-node", "1", "--master-port", std::to_string(port),
+              test_worker_path(), "sleep", dir.path()},
+             o);
+  ASSERT_TRUE(wait_until([&] { return port_listening(port); }, 30s)) << job.output_so_far();
+  auto client = [&](const std::string& token) {
+    TcpStoreOptions c;
+    c.port = static_cast<std::uint16_t>(port);
+    c.token = token;
+    c.timeout = 5s;
+    return Store::tcp(c);
+  };
+  const auto start = Clock::now();
+  const std::string msg = expect_throws<DistributedError>([&] { client("another"); });
+  EXPECT_NE(msg.find("the job token does not match"), std::string::npos) << msg;
+  EXPECT_LT(seconds_since(start), 2.0);
+  EXPECT_NO_THROW(client("s3cret"));
 }
 
 // torch.distributed's own init_process_group(env://) under dpxrun's static rendezvous, as under
