@@ -116,13 +116,7 @@ TEST(LauncherStore, TheStaticStoreDemandsTheJobToken) {
               test_worker_path(), "sleep", dir.path()},
              o);
   ASSERT_TRUE(wait_until([&] { return port_listening(port); }, 30s)) << job.output_so_far();
-  auto client = [&](const std::string& token) {
-    TcpStoreOptions c;
-    c.port = static_cast<std::uint16_t>(port);
-    c.token = token;
-    c.timeout = 5s;
-    return Store::tcp(c);
-  };
+  auto client = [&](const std::string& token) { return store_client(port, token, 5s); };
   const auto start = Clock::now();
   const std::string msg = expect_throws<DistributedError>([&] { client("another"); });
   EXPECT_NE(msg.find("the job token does not match"), std::string::npos) << msg;

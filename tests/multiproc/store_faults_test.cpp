@@ -29,6 +29,7 @@ using test::closed_by_server;
 using test::foreign_listener;
 using test::raw_client;
 using test::Socket;
+using test::store_client;
 
 sockaddr_in loopback(int port, const char* ip = "127.0.0.1") {
   sockaddr_in a{};
@@ -49,16 +50,6 @@ std::shared_ptr<Store> server_store(const std::string& token = "",
   o.timeout = 10s;
   return Store::tcp(o);
 }
-
-std::shared_ptr<Store> client_store(int port, const std::string& token = "",
-                                    std::chrono::milliseconds timeout = 10s) {
-  TcpStoreOptions o;
-  o.port = static_cast<std::uint16_t>(port);
-  o.token = token;
-  o.timeout = timeout;
-  return Store::tcp(o);
-}
-
 
 double seconds_since(Clock::time_point start) {
   return std::chrono::duration<double>(Clock::now() - start).count();
@@ -96,7 +87,7 @@ TEST(StoreFaults, AForeignListenerThatClosesIsAnErrorNotAnAbort) {
     ::close(c);
   });
   test::run_in_child([&] {
-    auto msg = test::expect_throws<DistributedError>([&] { client_store(port, "", 5s); });
+    auto msg = test::expect_throws<DistributedError>([&] { store_client(port, "", 5s); });
     EXPECT_NE(msg.find("not a dpx store"), std::string::npos) << msg;
   });
   closer.join();
@@ -108,7 +99,7 @@ TEST(StoreFaults, HalfARequestStallsNobodyAndIsCutOffAtTheDeadline) {
   half.resize(half.size() - 50);
   Socket hostile = raw_client(server->port(), half);
   const auto start = Clock::now();
-  auto rank = client_store(server->port());
+  auto rank = store_client(server->port());
   rank->set("a", "1");
   EXPECT_EQ(rank->get("a"), "1");
   EXPECT_EQ(rank->add("n", 2), 2);
@@ -149,14 +140,14 @@ TEST(StoreFaults, GarbageAndSilentClientsAreDropped) {
   EXPECT_LT(seconds_since(start), 0.9);  // both at once, not at the deadline
   EXPECT_TRUE(closed_by_server(silent.fd, 10s));
   EXPECT_GE(seconds_since(start), 0.9);
-  auto rank = client_store(server->port());
+  auto rank = store_client(server->port());
   rank->set("still", "here");
   EXPECT_EQ(rank->get("still"), "here");
 }
 
 TEST(StoreFaults, AValueOverTheFrameLimitIsAClearErrorAndTheClientCarriesOn) {
   auto server = server_store();
-  auto rank = client_store(server->port());
+  auto rank = store_client(server->port());
   auto msg = test::expect_throws<DistributedError>(
       [&] { rank->set("big", std::string((64u << 20) + 1, 'x')); });
   EXPECT_NE(msg.find("over the store's limit of 64 MiB"), std::string::npos) << msg;
@@ -166,10 +157,10 @@ TEST(StoreFaults, AValueOverTheFrameLimitIsAClearErrorAndTheClientCarriesOn) {
 
 TEST(StoreFaults, AClientWithoutTheJobTokenIsRefused) {
   auto server = server_store("s3cret");
-  auto msg = test::expect_throws<DistributedError>([&] { client_store(server->port(), "other"); });
+  auto msg = test::expect_throws<DistributedError>([&] { store_client(server->port(), "other"); });
   EXPECT_NE(msg.find("job token does not match"), std::string::npos) << msg;
-  test::expect_throws<DistributedError>([&] { client_store(server->port(), ""); });
-  client_store(server->port(), "s3cret")->set("k", "v");
+  test::expect_throws<DistributedError>([&] { store_client(server->port(), ""); });
+  store_client(server->port(), "s3cret")->set("k", "v");
   EXPECT_EQ(server->get("k"), "v");
 
   // Through init_process_group: ?token= on a tcp:// URL.
@@ -212,7 +203,7 @@ TEST(StoreFaults, AHostNameThatResolvesToLoopbackHereIsServedOnEveryInterface) {
   Socket other(::socket(AF_INET, SOCK_STREAM, 0));
   auto a = loopback(server->port(), "127.0.0.2");
   EXPECT_NE(::bind(other.fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)), 0);
-  client_store(server->port())->set("k", "v");
+  store_client(server->port())->set("k", "v");
   EXPECT_EQ(server->get("k"), "v");
 }
 

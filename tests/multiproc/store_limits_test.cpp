@@ -22,18 +22,10 @@ using Clock = std::chrono::steady_clock;
 using test::closed_by_server;
 using test::raw_client;
 using test::Socket;
+using test::store_client;
 
 double seconds_since(Clock::time_point start) {
   return std::chrono::duration<double>(Clock::now() - start).count();
-}
-
-std::shared_ptr<Store> dpx_client(int port, const std::string& token,
-                                  std::chrono::milliseconds timeout = 5s) {
-  TcpStoreOptions o;
-  o.port = static_cast<std::uint16_t>(port);
-  o.token = token;
-  o.timeout = timeout;
-  return Store::tcp(o);
 }
 
 // LibTorch's own TCPStore client, as a PyTorch worker uses it.
@@ -100,7 +92,7 @@ TEST(StoreLimits, SilentConnectionsDoNotLockTheJobOutWhenDescriptorsRunOut) {
     std::vector<Socket> flood;
     for (int i = 0; i < 200; ++i) flood.push_back(raw_client(port, ""));
     const auto start = Clock::now();
-    auto rank = dpx_client(port, "t", 3s);  // shorter than the 10 s client deadline
+    auto rank = store_client(port, "t", 3s);  // shorter than the 10 s client deadline
     rank->set("k", "v");
     EXPECT_EQ(rank->get("k"), "v");
     EXPECT_LT(seconds_since(start), 1.5);
@@ -117,7 +109,7 @@ TEST(StoreLimits, AServerOutOfDescriptorsSaysSoToTheClientItCannotServe) {
     const auto start = Clock::now();
     for (int i = 0; i < 40 && message.empty(); ++i) {
       try {
-        held.push_back(dpx_client(port, "t", 3s));
+        held.push_back(store_client(port, "t", 3s));
       } catch (const DistributedError& e) {
         message = e.what();
       }
@@ -129,7 +121,7 @@ TEST(StoreLimits, AServerOutOfDescriptorsSaysSoToTheClientItCannotServe) {
     held.pop_back();  // room again
     EXPECT_TRUE(test::wait_until([&] {
       try {
-        held.push_back(dpx_client(port, "t", 1s));
+        held.push_back(store_client(port, "t", 1s));
         return true;
       } catch (const DistributedError&) {
         return false;
@@ -147,14 +139,14 @@ TEST(StoreLimits, MoreSilentConnectionsThanTheCapPushOutTheOldest) {
   for (int i = 0; i < 9; ++i) silent.push_back(raw_client(server->port(), ""));
   EXPECT_TRUE(closed_by_server(silent.front().fd, 1s));  // long before the hello deadline
   EXPECT_FALSE(closed_by_server(silent.back().fd, 200ms));
-  dpx_client(server->port(), "")->set("k", "v");
+  store_client(server->port(), "", 5s)->set("k", "v");
   EXPECT_EQ(server->get("k"), "v");
 }
 
 TEST(StoreLimits, C10dClientsShareTheWorkersKeysWithDpxClients) {
   auto server = agent_store("t");
   auto pytorch = c10d_client(server->port());  // TCPStore puts "/" before each key
-  auto dpx = dpx_client(server->port(), "t");
+  auto dpx = store_client(server->port(), "t", 5s);
   pytorch->set("a", "1");
   EXPECT_EQ(dpx->get("/a"), "1");
   dpx->set("/b", "2");
@@ -177,7 +169,7 @@ TEST(StoreLimits, C10dClientsShareTheWorkersKeysWithDpxClients) {
 // A c10d client cannot present the job token, so it reaches only the keys c10d's clients use.
 TEST(StoreLimits, C10dClientsCannotTouchTheTokenGuardedKeys) {
   auto server = agent_store("t");
-  auto dpx = dpx_client(server->port(), "t");
+  auto dpx = store_client(server->port(), "t", 5s);
   dpx->set("dpxrun/job/state", "0:0");
   // PyTorch 1.x's SET (op 0) of "dpxrun/job/state", written by hand: no "/" in front.
   auto u64 = [](std::uint64_t v) { return std::string(reinterpret_cast<const char*>(&v), 8); };

@@ -86,4 +86,13 @@ std::string read_some(int fd, std::chrono::milliseconds limit) {
   return n > 0 ? std::string(buf, static_cast<std::size_t>(n)) : "";
 }
 
+std::shared_ptr<Store> store_client(int port, const std::string& token,
+                                    std::chrono::milliseconds timeout) {
+  TcpStoreOptions o;
+  o.port = static_cast<std::uint16_t>(port);
+  o.token = token;
+  o.timeout = timeout;
+  return Store::tcp(o);
+}
+
 }  // namespace dpx::test

@@ -3,7 +3,10 @@
 #pragma once
 
 #include <chrono>
+#include <memory>
 #include <string>
+
+#include "dpx/store/store.h"
 
 namespace dpx::test {
 
@@ -24,6 +27,10 @@ Socket raw_client(int port, const std::string& bytes, const char* ip = "127.0.0.
 
 // A program that listens on 127.0.0.1 (a free port, written to `port`) and never answers.
 Socket foreign_listener(int& port);
+
+// dpx's own store client of 127.0.0.1:port, presenting `token`.
+std::shared_ptr<Store> store_client(int port, const std::string& token = "",
+                                    std::chrono::milliseconds timeout = std::chrono::seconds(10));
 
 // dpx's opening of a connection: the preamble and a hello with `token`.
 std::string dpx_hello(const std::string& token);
