@@ -17,12 +17,13 @@
 #include "dpx/store/errors.h"
 
 namespace dpx::detail::net {
-namespace {
 
 std::string address(const std::string& host, int port) {
   return (host.find(':') != std::string::npos ? "[" + host + "]" : host) + ":" +
          std::to_string(port);
 }
+
+namespace {
 
 struct AddrInfo {
   addrinfo* list = nullptr;
@@ -64,29 +65,6 @@ bool wait_for(int fd, short events, Clock::time_point deadline) {
     throw PeerLostError(std::string("the connection was closed by the other side during ") + what);
   }
   throw DistributedError(std::string(what) + " failed: " + std::strerror(e));
-}
-
-// One non-blocking connect attempt; an open socket or -1 with errno set.
-int try_connect(const addrinfo& a, Clock::time_point deadline) {
-  Fd fd(::socket(a.ai_family, a.ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, a.ai_protocol));
-  if (!fd) return -1;
-  if (::connect(fd.get(), a.ai_addr, a.ai_addrlen) != 0) {
-    if (errno != EINPROGRESS) return -1;
-    if (!wait_for(fd.get(), POLLOUT, deadline)) {
-      errno = ETIMEDOUT;
-      return -1;
-    }
-    int err = 0;
-    socklen_t len = sizeof(err);
-    ::getsockopt(fd.get(), SOL_SOCKET, SO_ERROR, &err, &len);
-    if (err != 0) {
-      errno = err;
-      return -1;
-    }
-  }
-  const int one = 1;
-  ::setsockopt(fd.get(), IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-  return fd.release();
 }
 
 }  // namespace
@@ -191,32 +169,28 @@ Fd listen_on(const std::string& host, int port) {
                          "; the address must be one of this machine's own");
 }
 
+std::vector<Address> resolve_tcp(const std::string& host, int port) {
+  AddrInfo ai;
+  resolve(host, port, ai);
+  std::vector<Address> out;
+  for (addrinfo* a = ai.list; a != nullptr; a = a->ai_next) {
+    Address x;
+    std::memcpy(&x.addr, a->ai_addr, a->ai_addrlen);
+    x.len = a->ai_addrlen;
+    char text[NI_MAXHOST] = {0};
+    ::getnameinfo(a->ai_addr, a->ai_addrlen, text, sizeof(text), nullptr, 0, NI_NUMERICHOST);
+    x.text = address(text, port);
+    out.push_back(x);
+  }
+  return out;
+}
+
 int local_port(int fd) {
   sockaddr_storage s{};
   socklen_t len = sizeof(s);
   ::getsockname(fd, reinterpret_cast<sockaddr*>(&s), &len);
   if (s.ss_family == AF_INET6) return ntohs(reinterpret_cast<sockaddr_in6*>(&s)->sin6_port);
   return ntohs(reinterpret_cast<sockaddr_in*>(&s)->sin_port);
-}
-
-Fd connect_to(const std::string& host, int port, Clock::time_point deadline) {
-  AddrInfo ai;
-  resolve(host, port, ai);
-  auto pause = std::chrono::milliseconds(10);
-  int last_error = 0;
-  while (true) {
-    for (addrinfo* a = ai.list; a != nullptr; a = a->ai_next) {
-      const int fd = try_connect(*a, deadline);
-      if (fd >= 0) return Fd(fd);
-      last_error = errno;
-    }
-    if (Clock::now() + pause >= deadline) break;
-    // The server may still be starting: retry, backing off up to a quarter of a second.
-    std::this_thread::sleep_for(pause);
-    pause = std::min(pause * 2, std::chrono::milliseconds(250));
-  }
-  throw TimeoutError("nobody accepted a connection at " + address(host, port) +
-                     " before the deadline (last error: " + std::strerror(last_error) + ")");
 }
 
 void write_all(int fd, const char* data, std::size_t n, Clock::time_point deadline) {

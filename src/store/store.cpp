@@ -62,8 +62,15 @@ std::shared_ptr<Store> Store::tcp(const TcpStoreOptions& o) {
     std::shared_ptr<detail::TcpServer> server;
     int port = o.port;
     if (o.is_server) {
-      server = std::make_shared<detail::TcpServer>(
-          detail::TcpServerOptions{o.host, o.port, o.token, o.client_deadline});
+      detail::TcpServerOptions so;
+      so.host = o.host;
+      so.port = o.port;
+      so.token = o.token;
+      so.client_deadline = o.client_deadline;
+      so.hello_deadline = o.hello_deadline;
+      so.accept_c10d_clients = o.accept_c10d_clients;
+      so.max_unidentified = o.max_unidentified;
+      server = std::make_shared<detail::TcpServer>(so);
       port = server->port();
     }
     auto client = std::make_shared<detail::TcpClient>(

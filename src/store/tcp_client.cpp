@@ -60,19 +60,21 @@ TcpClient::TcpClient(const TcpClientOptions& options) : options_(options) {
 }
 
 void TcpClient::connect(Clock::time_point deadline) {
-  net::Fd fd = net::connect_to(options_.host, options_.port, deadline);
-  const std::string hello =
-      proto::Writer().u8(proto::kHello).str(proto::kMagic).str(options_.token).frame();
+  std::string peer;
+  net::Fd fd = net::connect_to(options_.host, options_.port, deadline, &peer);
+  std::string hello(1, static_cast<char>(proto::kPreamble));
+  hello.append(proto::Writer().u8(proto::kHello).str(proto::kMagic).str(options_.token).frame());
   std::string answer;
   try {
     net::write_all(fd.get(), hello.data(), hello.size(), deadline);
     answer = read_frame(fd.get(), deadline);
   } catch (const TimeoutError&) {
-    throw TimeoutError("a program accepted the connection but did not answer dpx's store "
-                       "handshake; is another program listening on this port?");
+    throw TimeoutError("a program at " + peer + " accepted the connection but did not answer "
+                       "dpx's store handshake; is another program listening on this port?");
   } catch (const PeerLostError&) {
-    throw DistributedError("the program listening there closed the connection at dpx's store "
-                           "handshake; it is not a dpx store, or one that refused this client");
+    throw DistributedError("the program listening at " + peer + " closed the connection at "
+                           "dpx's store handshake; it is not a dpx store, or one that refused "
+                           "this client");
   }
   payload(answer);  // a wrong job token throws the server's message
   fd_ = std::move(fd);

@@ -4,7 +4,9 @@
 // an op byte and its fields; a reply body is a status byte (kOk, or kError with a message) and
 // the op's result. Strings are a 4-byte length and the bytes; integers are 8 bytes,
 // little-endian.
-//   1. The client opens with kHello(magic, token). The server answers kOk, or kError and closes
+//   0. The client's first byte is kPreamble, which no c10d TCPStore client sends first, so that
+//      one server can serve both (Note [c10d clients] in tcp_server.h).
+//   1. Then kHello(magic, token). The server answers kOk, or kError and closes
 //      when the magic or the job token is wrong (Note [Job token] in tcp_server.h).
 //   2. Then requests, one at a time, each answered in order:
 //        kSet(key, value) -> ok            kGet(key) -> value, once the key exists
@@ -24,7 +26,8 @@
 namespace dpx::detail::store_protocol {
 
 constexpr std::uint32_t kMaxFrameBytes = 64u << 20;
-constexpr const char* kMagic = "dpx-store-1";
+constexpr const char* kMagic = "dpx-store-2";
+constexpr std::uint8_t kPreamble = 0xd7;
 
 enum Op : std::uint8_t {
   kHello = 1,

@@ -2,16 +2,15 @@
 
 #include <fcntl.h>
 #include <poll.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
-#include <unordered_map>
-#include <vector>
 
-#include "store/socket.h"
 #include "store/tcp_protocol.h"
+#include "store/tcp_server_state.h"
 #include "dpx/store/errors.h"
 
 namespace dpx::detail {
@@ -19,56 +18,10 @@ namespace dpx::detail {
 using net::Clock;
 namespace proto = store_protocol;
 
-namespace {
-
-constexpr auto kNoDeadline = Clock::time_point::max();
-
-struct Client {
-  net::Fd fd;
-  std::string in;   // received, not yet handled
-  std::string out;  // answers not yet sent
-  bool hello = false;
-  bool dead = false;
-  bool close_after_send = false;
-  Clock::time_point deadline = kNoDeadline;  // to say hello, or to finish a started frame
-  std::uint8_t waiting_op = 0;               // kGet or kWait while its keys are missing
-  std::vector<std::string> waiting_keys;
-};
-
-std::string ok() { return proto::Writer().u8(proto::kOk).frame(); }
-std::string ok_int(std::int64_t v) { return proto::Writer().u8(proto::kOk).i64(v).frame(); }
-std::string ok_str(const std::string& v) { return proto::Writer().u8(proto::kOk).str(v).frame(); }
-std::string error(const std::string& m) { return proto::Writer().u8(proto::kError).str(m).frame(); }
-
-}  // namespace
-
-struct TcpServer::State {
-  TcpServerOptions options;
-  net::Fd listener;
-  net::Fd wake;
-  std::vector<std::unique_ptr<Client>> clients;
-  std::unordered_map<std::string, std::string> data;
-  bool accept_paused = false;  // out of descriptors: accept again once a client leaves
-
-  void run();
-  void accept_clients();
-  void receive(Client& c);
-  void handle_frames(Client& c);
-  void handle(Client& c, const std::string& body);
-  void handle_request(Client& c, std::uint8_t op, proto::Reader& r);
-  bool add(Client& c, proto::Reader& r);
-  bool compare_set(Client& c, proto::Reader& r);
-  bool present(const std::vector<std::string>& keys) const;
-  void answer_waiters();
-  void send(Client& c, const std::string& frame);
-  void flush(Client& c);
-  void sweep(Clock::time_point now);
-  int poll_timeout_ms(Clock::time_point now) const;
-};
-
 TcpServer::TcpServer(const TcpServerOptions& options) : state_(std::make_unique<State>()) {
   state_->options = options;
   state_->listener = net::listen_on(options.host, options.port);
+  state_->reserve = net::Fd(::open("/dev/null", O_RDONLY | O_CLOEXEC));
   port_ = net::local_port(state_->listener.get());
   int fds[2];
   if (::pipe2(fds, O_CLOEXEC | O_NONBLOCK) != 0) {
@@ -111,8 +64,9 @@ void TcpServer::State::run() {
     // Clients first: accepting may grow `clients`, whose poll entries are not in `fds` yet.
     const std::size_t polled = fds.size() - 2;
     for (std::size_t i = 0; i < polled; ++i) {
-      Client& c = *clients[i];
+      ServerClient& c = *clients[i];
       const short ev = fds[i + 2].revents;
+      if (c.dead) continue;  // pushed out while accepting (make_room)
       if (ev & (POLLIN | POLLHUP | POLLERR)) receive(c);
       if ((ev & POLLOUT) && !c.dead) flush(c);
     }
@@ -130,39 +84,150 @@ int TcpServer::State::poll_timeout_ms(Clock::time_point now) const {
       std::chrono::duration_cast<std::chrono::milliseconds>(next - now).count() + 1);
 }
 
+// Note [Out of descriptors]
+// Connections that never say who they are (a port scanner, a flood, a stuck client) hold a
+// descriptor each until their hello deadline. With a low `ulimit -n` they used to exhaust the
+// process's descriptors, and accept() then failed for every client, the job's own included,
+// until the flood's deadline passed. So:
+//   1. at most max_unidentified connections may wait to say who they are; one more pushes out
+//      the oldest of them;
+//   2. a connection's first bytes are read as soon as it is accepted, so a client that sent its
+//      hello with its connection (dpx's and c10d's clients do) is identified at once and is never
+//      pushed out by the connections that follow it;
+//   3. when accept() fails for want of descriptors, a spare descriptor kept for the purpose is
+//      given up to accept the connection that waits, if any (accept() fails for want of a
+//      descriptor even when none waits). Then the oldest unidentified connection is closed to
+//      make room for it; if there is none, the newcomer is told why it cannot be served (dpx's
+//      client shows that message) and closed. Accepting pauses only when the spare cannot be
+//      taken again, until a client leaves.
 void TcpServer::State::accept_clients() {
   while (true) {
     const int fd = ::accept4(listener.get(), nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
-    if (fd < 0) {
-      if (errno == EMFILE || errno == ENFILE) accept_paused = true;
-      return;
+    if (fd >= 0) {
+      admit(fd);
+      continue;
     }
-    auto c = std::make_unique<Client>();
-    c->fd = net::Fd(fd);
-    c->deadline = Clock::now() + options.client_deadline;  // to say hello
-    clients.push_back(std::move(c));
+    if (errno == EINTR || errno == ECONNABORTED) continue;
+    if ((errno == EMFILE || errno == ENFILE) && accept_without_descriptors()) continue;
+    return;  // EAGAIN: nobody else is waiting
   }
 }
 
-void TcpServer::State::receive(Client& c) {
+// Step 3 of Note [Out of descriptors]; false when nothing more can be accepted now.
+bool TcpServer::State::accept_without_descriptors() {
+  reserve.reset();
+  const int fd = ::accept4(listener.get(), nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
+  if (fd >= 0) {
+    if (make_room()) {
+      admit(fd);
+    } else {
+      refuse(fd);
+    }
+  }
+  reserve = net::Fd(::open("/dev/null", O_RDONLY | O_CLOEXEC));
+  if (!reserve) accept_paused = true;
+  return fd >= 0 && reserve;
+}
+
+void TcpServer::State::admit(int fd) {
+  auto c = std::make_unique<ServerClient>();
+  c->fd = net::Fd(fd);
+  c->accepted = Clock::now();
+  c->deadline = c->accepted + options.hello_deadline;
+  ServerClient& admitted = *c;
+  clients.push_back(std::move(c));
+  int unidentified = 0;
+  for (const auto& x : clients) unidentified += !x->dead && !x->identified;
+  if (unidentified > std::max(options.max_unidentified, 1)) make_room();
+  receive(admitted);
+}
+
+// Closes the oldest connection that has not said who it is; false when there is none.
+bool TcpServer::State::make_room() {
+  ServerClient* oldest = nullptr;
+  for (const auto& c : clients) {
+    if (c->dead || c->identified) continue;
+    if (oldest == nullptr || c->accepted < oldest->accepted) oldest = c.get();
+  }
+  if (oldest == nullptr) return false;
+  oldest->dead = true;
+  oldest->fd.reset();  // now: accept() needs the descriptor
+  return true;
+}
+
+// Tells a connection the server cannot serve why, and closes it. Its hello is read first (it
+// comes with the connection): closing a socket with unread data resets the connection, and the
+// reset could overtake the message.
+void TcpServer::State::refuse(int fd) {
+  pollfd p{fd, POLLIN, 0};
+  char buf[4096];
+  if (::poll(&p, 1, 100) > 0) {
+    while (::recv(fd, buf, sizeof(buf), MSG_DONTWAIT) > 0) {
+    }
+  }
+  rlimit limit{};
+  ::getrlimit(RLIMIT_NOFILE, &limit);
+  const std::string why = proto::Writer().u8(proto::kError).str(
+      "the store server has run out of file descriptors (its limit, ulimit -n, is " +
+      std::to_string(limit.rlim_cur) + "), all held by clients it serves; raise ulimit -n where "
+      "the store runs (rank 0, or the launcher)").frame();
+  (void)!::send(fd, why.data(), why.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
+  ::shutdown(fd, SHUT_WR);
+  ::close(fd);
+}
+
+void TcpServer::State::receive(ServerClient& c) {
   char buf[65536];
   while (!c.dead) {
     const ssize_t n = ::recv(c.fd.get(), buf, sizeof(buf), 0);
     if (n > 0) {
       c.in.append(buf, static_cast<std::size_t>(n));
-      // A client that sends beyond one frame while its request waits gains nothing by it.
-      if (c.in.size() > proto::kMaxFrameBytes + 4u) c.dead = true;
+      // A client that sends beyond one request while its last one waits gains nothing by it.
+      if (c.in.size() > proto::kMaxFrameBytes + 64u) c.dead = true;
       continue;
     }
     if (n < 0 && errno == EINTR) continue;
     if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) break;
     c.dead = true;  // closed or reset: a pending wait of its goes with it
   }
-  if (!c.dead) handle_frames(c);
+  if (!c.dead) handle_input(c);
 }
 
-void TcpServer::State::handle_frames(Client& c) {
-  while (!c.dead && c.waiting_op == 0 && !c.close_after_send && c.in.size() >= 4) {
+void TcpServer::State::handle_input(ServerClient& c) {
+  if (c.speaks == Speaks::kUnknown && !identify(c)) return;
+  if (c.speaks == Speaks::kDpx) {
+    handle_dpx_frames(c);
+  } else {
+    handle_c10d_requests(c);
+  }
+  if (c.identified) {
+    // A request that has started must finish within the deadline; between requests a client
+    // may stay silent as long as it likes (ranks idle between store calls).
+    if (c.in.empty()) c.deadline = kNoDeadline;
+    else if (c.deadline == kNoDeadline) c.deadline = Clock::now() + options.client_deadline;
+  }
+}
+
+// Tells the protocol by the first byte (Note [c10d clients] in tcp_server.h); false while that
+// cannot be told yet, or when the client speaks neither (it is dropped).
+bool TcpServer::State::identify(ServerClient& c) {
+  if (c.in.empty()) return false;
+  if (static_cast<std::uint8_t>(c.in[0]) == proto::kPreamble) {
+    c.in.erase(0, 1);
+    c.speaks = Speaks::kDpx;
+    return true;
+  }
+  c10d_wire::Dialect dialect{};
+  const c10d_wire::Parse p =
+      options.accept_c10d_clients ? c10d_wire::detect(c.in, dialect) : c10d_wire::Parse::kBad;
+  if (p == c10d_wire::Parse::kBad) c.dead = true;  // neither: garbage, HTTP, a port scanner
+  if (p != c10d_wire::Parse::kDone) return false;
+  c.speaks = dialect == c10d_wire::Dialect::kV2 ? Speaks::kC10dV2 : Speaks::kC10dV1;
+  return true;
+}
+
+void TcpServer::State::handle_dpx_frames(ServerClient& c) {
+  while (!c.dead && !c.pending && !c.close_after_send && c.in.size() >= 4) {
     const std::uint32_t n = proto::read_u32(c.in.data());
     if (n > proto::kMaxFrameBytes || n == 0) {
       c.dead = true;
@@ -171,23 +236,22 @@ void TcpServer::State::handle_frames(Client& c) {
     if (c.in.size() < 4u + n) break;
     const std::string body = c.in.substr(4, n);
     c.in.erase(0, 4u + n);
-    handle(c, body);
-  }
-  if (c.hello) {
-    // A frame that has started must finish within the deadline; between frames a client may
-    // stay silent as long as it likes (ranks idle between store calls).
-    if (c.in.empty()) c.deadline = kNoDeadline;
-    else if (c.deadline == kNoDeadline) c.deadline = Clock::now() + options.client_deadline;
+    if (!c.identified) {
+      handle_hello(c, body);
+      continue;
+    }
+    StoreRequest r;
+    if (!decode_dpx_request(body, r)) {
+      c.dead = true;  // an unknown op or a malformed body: not dpx's protocol
+      return;
+    }
+    execute(c, r);
   }
 }
 
-void TcpServer::State::handle(Client& c, const std::string& body) {
+void TcpServer::State::handle_hello(ServerClient& c, const std::string& body) {
   proto::Reader r(body);
   const std::uint8_t op = r.u8();
-  if (c.hello) {
-    handle_request(c, op, r);
-    return;
-  }
   const std::string magic = r.str();
   const std::string token = r.str();
   if (op != proto::kHello || !r.done() || magic != proto::kMagic) {
@@ -196,121 +260,41 @@ void TcpServer::State::handle(Client& c, const std::string& body) {
   }
   if (token != options.token) {
     c.close_after_send = true;
-    send(c, error("the job token does not match: this store belongs to another job, or this "
-                  "process has another DPX_STORE_TOKEN than the store's owner"));
+    send(c, proto::Writer().u8(proto::kError).str(
+        "the job token does not match: this store belongs to another job, or this process has "
+        "another DPX_STORE_TOKEN than the store's owner").frame());
     return;
   }
-  c.hello = true;
-  send(c, ok());
+  c.identified = true;
+  send(c, proto::Writer().u8(proto::kOk).frame());
 }
 
-void TcpServer::State::handle_request(Client& c, std::uint8_t op, proto::Reader& r) {
-  switch (op) {
-    case proto::kSet: {
-      std::string k = r.str(), v = r.str();
-      if (!r.done()) break;
-      data[std::move(k)] = std::move(v);
-      send(c, ok());
-      answer_waiters();
-      return;
-    }
-    case proto::kGet:
-    case proto::kWait: {
-      std::vector<std::string> keys;
-      if (op == proto::kGet) keys.push_back(r.str());
-      else keys = r.strs();
-      if (!r.done()) break;
-      c.waiting_op = op;
-      c.waiting_keys = std::move(keys);
-      answer_waiters();
-      return;
-    }
-    case proto::kAdd:
-      if (!add(c, r)) break;
-      return;
-    case proto::kCompareSet:
-      if (!compare_set(c, r)) break;
-      return;
-    case proto::kCheck: {
-      const auto keys = r.strs();
-      if (!r.done()) break;
-      send(c, ok_int(present(keys) ? 1 : 0));
-      return;
-    }
-    case proto::kDelete: {
-      const std::string k = r.str();
-      if (!r.done()) break;
-      send(c, ok_int(static_cast<std::int64_t>(data.erase(k))));
-      return;
-    }
-    case proto::kNumKeys:
-      if (!r.done()) break;
-      send(c, ok_int(static_cast<std::int64_t>(data.size())));
-      return;
-    default:
-      break;
-  }
-  c.dead = true;  // an unknown op or a malformed body: the client is not speaking dpx's protocol
-}
-
-// False when the body is malformed.
-bool TcpServer::State::add(Client& c, proto::Reader& r) {
-  const std::string k = r.str();
-  const std::int64_t delta = r.i64();
-  if (!r.done()) return false;
-  std::int64_t v = delta;
-  auto it = data.find(k);
-  if (it != data.end()) {
-    try {
-      v += std::stoll(it->second);
-    } catch (const std::exception&) {
-      send(c, error("key '" + k + "' does not hold an integer"));
-      return true;
-    }
-  }
-  data[k] = std::to_string(v);
-  send(c, ok_int(v));
-  answer_waiters();
-  return true;
-}
-
-bool TcpServer::State::compare_set(Client& c, proto::Reader& r) {
-  const std::string k = r.str(), expected = r.str(), desired = r.str();
-  if (!r.done()) return false;
-  auto it = data.find(k);
-  if (it == data.end()) {
-    // As c10d's TCPStore: an unset key takes `desired` only when `expected` is empty.
-    if (expected.empty()) data[k] = desired;
-    send(c, ok_str(expected.empty() ? desired : expected));
-  } else {
-    if (it->second == expected) it->second = desired;
-    send(c, ok_str(it->second));
-  }
-  answer_waiters();
-  return true;
-}
-
-bool TcpServer::State::present(const std::vector<std::string>& keys) const {
-  return std::all_of(keys.begin(), keys.end(), [&](const auto& k) { return data.count(k) > 0; });
-}
-
-void TcpServer::State::answer_waiters() {
-  for (const auto& c : clients) {
-    if (c->dead || c->waiting_op == 0 || !present(c->waiting_keys)) continue;
-    send(*c, c->waiting_op == proto::kGet ? ok_str(data.at(c->waiting_keys[0])) : ok());
-    c->waiting_op = 0;
-    c->waiting_keys.clear();
-    // Frames it sent behind the waiting one are handled on its next readable event or here.
-    if (!c->in.empty()) handle_frames(*c);
+// A c10d client sends its next request only after its last call returned: a request that comes
+// while a wait is pending means the client gave up on that wait (PyTorch 1.x just stops reading,
+// 2.x sends CANCEL_WAIT first), so the wait is dropped rather than answered late, where the
+// client would take its answer for the next call's (Note [c10d wire]).
+void TcpServer::State::handle_c10d_requests(ServerClient& c) {
+  const auto dialect =
+      c.speaks == Speaks::kC10dV2 ? c10d_wire::Dialect::kV2 : c10d_wire::Dialect::kV1;
+  while (!c.dead && !c.in.empty()) {
+    StoreRequest r;
+    std::size_t used = 0;
+    const c10d_wire::Parse p = c10d_wire::parse(c.in, dialect, r, used);
+    if (p == c10d_wire::Parse::kBad) c.dead = true;
+    if (p != c10d_wire::Parse::kDone) return;
+    if (r.op != StoreRequest::Op::kCancelWait) c.pending.reset();
+    c.in.erase(0, used);
+    c.identified = true;
+    execute(c, r);
   }
 }
 
-void TcpServer::State::send(Client& c, const std::string& frame) {
-  c.out += frame;
+void TcpServer::State::send(ServerClient& c, const std::string& bytes) {
+  c.out += bytes;
   flush(c);
 }
 
-void TcpServer::State::flush(Client& c) {
+void TcpServer::State::flush(ServerClient& c) {
   while (!c.out.empty()) {
     const ssize_t n = ::send(c.fd.get(), c.out.data(), c.out.size(), MSG_NOSIGNAL);
     if (n > 0) {

@@ -7,14 +7,24 @@
 // sends garbage stalls or breaks every rank of the job. This server instead
 //   - binds only the address it was given;
 //   - buffers each client's partial frame on its own, so a slow or silent client delays nobody;
-//   - gives every client a deadline (TcpStoreOptions::client_deadline) to say hello and to finish
-//     any frame it started, and drops it past that, or when a frame announces more than
-//     kMaxFrameBytes, or when a body does not parse;
-//   - drops a client that does not read its answers (its unsent output passes kMaxFrameBytes).
+//   - gives a new connection a short deadline (TcpStoreOptions::hello_deadline) to say who it is,
+//     and every client a deadline (client_deadline) to finish any request it started; drops it
+//     past that, or when a frame announces more than kMaxFrameBytes, or when a body does not
+//     parse;
+//   - drops a client that does not read its answers (its unsent output passes kMaxFrameBytes);
+//   - keeps accepting when connections that never say who they are pile up or descriptors run
+//     out (Note [Out of descriptors] in tcp_server.cpp).
 // Note [Job token]
 // The hello carries the job's token; a client with another token is told so and dropped before it
 // can read or write a key. The token keeps stray programs and other jobs out; it is no defence
 // against someone who can read the job's environment.
+// Note [c10d clients]
+// A server made with accept_c10d_clients also serves clients that speak c10d's TCPStore protocol
+// (c10d_wire.h), told apart by their first byte (dpx's clients open with kPreamble). Those cannot
+// present a token, so they may touch only the keys c10d's clients use: "/..." (TCPStore puts "/"
+// before every key of its users) and "init/" (its count of workers); a client that names another
+// key is dropped, so the job token still guards everything else (dpxrun's own rendezvous keys).
+// The other limits hold for them as for dpx's clients.
 #pragma once
 
 #include <chrono>
@@ -30,6 +40,10 @@ struct TcpServerOptions {
   int port = 0;
   std::string token;
   std::chrono::milliseconds client_deadline = std::chrono::seconds(10);
+  std::chrono::milliseconds hello_deadline = std::chrono::seconds(2);
+  bool accept_c10d_clients = false;  // Note [c10d clients]
+  // Connections not yet identified (no hello, no first request) beyond this push out the oldest.
+  int max_unidentified = 128;
 };
 
 class TcpServer {

@@ -123,11 +123,13 @@ TEST(MemoryPolicy, RawAllocationsRoundTrip) {
     apply_memory_policy(MemoryPolicy::kRetain);
     c10::Allocator* allocator = c10::GetCPUAllocator();
     EXPECT_EQ(allocator, &cache());
+    // All live at once, so the cache may keep every one of them (Note [Cache bound]).
+    std::vector<void*> blocks;
     for (std::size_t n : {std::size_t{0}, std::size_t{100}, 300 * std::size_t{1024}, 8 * kMiB}) {
-      void* p = allocator->raw_allocate(n);
-      EXPECT_EQ(reinterpret_cast<std::uintptr_t>(p) % 64, 0u) << n;
-      allocator->raw_deallocate(p);
+      blocks.push_back(allocator->raw_allocate(n));
+      EXPECT_EQ(reinterpret_cast<std::uintptr_t>(blocks.back()) % 64, 0u) << n;
     }
+    for (void* p : blocks) allocator->raw_deallocate(p);
     EXPECT_EQ(cache().cached_bytes(), detail::CpuBlockCache::size_class(300 * 1024) + 8 * kMiB);
   });
 }
@@ -149,6 +151,38 @@ TEST(MemoryPolicy, ThreadsAllocatingAndFreeingAtOnceStayWithinTheLimit) {
     for (auto& t : threads) t.join();
     EXPECT_LE(cache().cached_bytes(), 24 * kMiB);
     EXPECT_GT(cache().cached_bytes(), 0u);
+  });
+}
+
+// Sizes that keep changing (one at a time, each a new size class) are not all kept: the cache
+// holds at most what was live at once (Note [Cache bound]), here one block of at most 4 MiB.
+TEST(MemoryPolicy, TheCacheHoldsNoMoreThanWasLiveAtOnce) {
+  run_in_child([] {
+    apply_memory_policy(MemoryPolicy::kRetain);
+    for (int i = 0; i < 24; ++i) {
+      torch::empty({(1 << 16) + i * (1 << 15)});  // 256 KiB growing to 3.1 MiB, one at a time
+    }
+    EXPECT_LE(cache().cached_bytes(), 4 * kMiB);
+    EXPECT_GT(cache().cached_bytes(), 0u);
+    {
+      auto a = torch::empty({1 << 20}), b = torch::empty({1 << 20});  // 8 MiB live at once
+    }
+    EXPECT_GE(cache().cached_bytes(), 8 * kMiB);  // now both fit
+  });
+}
+
+// (Note [Blocks the cache lets go]) After glibc freed a large mmap()ed block it serves large
+// blocks from its heap, where they stay once freed; under the cache they are mmap()ed still.
+TEST(MemoryPolicy, BlocksTheCacheHandlesAreMappedEvenAfterGlibcRaisedItsThreshold) {
+  run_in_child([] {
+    apply_memory_policy(MemoryPolicy::kRetain);
+    // Freeing an mmap()ed block under glibc's 32 MiB ceiling raises its threshold to that size,
+    // were it still dynamic (volatile: the compiler may drop a malloc freed unused).
+    void* volatile big = std::malloc(16 * kMiB);
+    std::free(big);
+    const std::size_t before = ::mallinfo2().hblkhd;
+    auto t = torch::empty({1 << 20});  // 4 MiB
+    EXPECT_GE(::mallinfo2().hblkhd - before, 4 * kMiB);
   });
 }
 

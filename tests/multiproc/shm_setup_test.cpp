@@ -81,9 +81,11 @@ TEST(ShmSetup, Rank0KilledInsideTheSetupWindowLeavesNothingBehind) {
         ADD_FAILURE() << "rank 0 finished a set-up that rank 1 never joined";
         return;
       }
-      // Rank 1 passes the set-up's settings check as a rank with rank 0's settings would
-      // (Note [Consistency]: each rank publishes its settings under settings/<group>/<rank>), then
-      // stays away from the segment: rank 0 makes it and waits for rank 1 to open it.
+      // Rank 1 passes the set-up's members and settings checks as a rank with rank 0's world
+      // size and settings would (Note [Members], Note [Consistency]: each rank publishes them
+      // under members/<group>/<rank> and settings/<group>/<rank>), then stays away from the
+      // segment: rank 0 makes it and waits for rank 1 to open it.
+      store->set("members/1/1", store->get("members/1/0"));
       store->set("settings/1/1", store->get("settings/1/0"));
       store->wait({"shm/1/name"});
       const int pid0 = std::stoi(store->get("pid0"));

@@ -17,6 +17,7 @@
 #include "support/expect_throws.h"
 #include "support/harness.h"
 #include "support/launcher_harness.h"
+#include "support/raw_socket.h"
 
 namespace dpx {
 namespace {
@@ -24,13 +25,11 @@ namespace {
 using namespace std::chrono_literals;
 using Clock = std::chrono::steady_clock;
 namespace proto = detail::store_protocol;
-
-struct Socket {
-  int fd = -1;
-  ~Socket() {
-    if (fd >= 0) ::close(fd);
-  }
-};
+using test::closed_by_server;
+using test::foreign_listener;
+using test::raw_client;
+using test::Socket;
+using test::store_client;
 
 sockaddr_in loopback(int port, const char* ip = "127.0.0.1") {
   sockaddr_in a{};
@@ -40,44 +39,7 @@ sockaddr_in loopback(int port, const char* ip = "127.0.0.1") {
   return a;
 }
 
-// A program that listens on 127.0.0.1 (a free port) and never answers.
-Socket foreign_listener(int& port) {
-  Socket s{::socket(AF_INET, SOCK_STREAM, 0)};
-  auto a = loopback(0);
-  EXPECT_EQ(::bind(s.fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)), 0);
-  EXPECT_EQ(::listen(s.fd, 16), 0);
-  socklen_t len = sizeof(a);
-  ::getsockname(s.fd, reinterpret_cast<sockaddr*>(&a), &len);
-  port = ntohs(a.sin_port);
-  return s;
-}
-
-Socket raw_client(int port, const std::string& bytes) {
-  Socket s{::socket(AF_INET, SOCK_STREAM, 0)};
-  auto a = loopback(port);
-  EXPECT_EQ(::connect(s.fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)), 0);
-  if (!bytes.empty()) EXPECT_EQ(::send(s.fd, bytes.data(), bytes.size(), MSG_NOSIGNAL),
-                                static_cast<ssize_t>(bytes.size()));
-  return s;
-}
-
-std::string hello(const std::string& token) {
-  return proto::Writer().u8(proto::kHello).str(proto::kMagic).str(token).frame();
-}
-
-// Waits (up to `limit`) until the server closes `fd`, reading and dropping what it sends first.
-bool closed_by_server(int fd, std::chrono::milliseconds limit) {
-  const auto end = Clock::now() + limit;
-  char buf[256];
-  while (Clock::now() < end) {
-    pollfd p{fd, POLLIN, 0};
-    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(end - Clock::now());
-    if (::poll(&p, 1, static_cast<int>(left.count())) <= 0) return false;
-    const ssize_t n = ::recv(fd, buf, sizeof(buf), 0);
-    if (n <= 0) return true;
-  }
-  return false;
-}
+std::string hello(const std::string& token) { return test::dpx_hello(token); }
 
 std::shared_ptr<Store> server_store(const std::string& token = "",
                                     std::chrono::milliseconds client_deadline = 1s) {
@@ -88,16 +50,6 @@ std::shared_ptr<Store> server_store(const std::string& token = "",
   o.timeout = 10s;
   return Store::tcp(o);
 }
-
-std::shared_ptr<Store> client_store(int port, const std::string& token = "",
-                                    std::chrono::milliseconds timeout = 10s) {
-  TcpStoreOptions o;
-  o.port = static_cast<std::uint16_t>(port);
-  o.token = token;
-  o.timeout = timeout;
-  return Store::tcp(o);
-}
-
 
 double seconds_since(Clock::time_point start) {
   return std::chrono::duration<double>(Clock::now() - start).count();
@@ -135,7 +87,7 @@ TEST(StoreFaults, AForeignListenerThatClosesIsAnErrorNotAnAbort) {
     ::close(c);
   });
   test::run_in_child([&] {
-    auto msg = test::expect_throws<DistributedError>([&] { client_store(port, "", 5s); });
+    auto msg = test::expect_throws<DistributedError>([&] { store_client(port, "", 5s); });
     EXPECT_NE(msg.find("not a dpx store"), std::string::npos) << msg;
   });
   closer.join();
@@ -147,7 +99,7 @@ TEST(StoreFaults, HalfARequestStallsNobodyAndIsCutOffAtTheDeadline) {
   half.resize(half.size() - 50);
   Socket hostile = raw_client(server->port(), half);
   const auto start = Clock::now();
-  auto rank = client_store(server->port());
+  auto rank = store_client(server->port());
   rank->set("a", "1");
   EXPECT_EQ(rank->get("a"), "1");
   EXPECT_EQ(rank->add("n", 2), 2);
@@ -188,14 +140,14 @@ TEST(StoreFaults, GarbageAndSilentClientsAreDropped) {
   EXPECT_LT(seconds_since(start), 0.9);  // both at once, not at the deadline
   EXPECT_TRUE(closed_by_server(silent.fd, 10s));
   EXPECT_GE(seconds_since(start), 0.9);
-  auto rank = client_store(server->port());
+  auto rank = store_client(server->port());
   rank->set("still", "here");
   EXPECT_EQ(rank->get("still"), "here");
 }
 
 TEST(StoreFaults, AValueOverTheFrameLimitIsAClearErrorAndTheClientCarriesOn) {
   auto server = server_store();
-  auto rank = client_store(server->port());
+  auto rank = store_client(server->port());
   auto msg = test::expect_throws<DistributedError>(
       [&] { rank->set("big", std::string((64u << 20) + 1, 'x')); });
   EXPECT_NE(msg.find("over the store's limit of 64 MiB"), std::string::npos) << msg;
@@ -205,10 +157,10 @@ TEST(StoreFaults, AValueOverTheFrameLimitIsAClearErrorAndTheClientCarriesOn) {
 
 TEST(StoreFaults, AClientWithoutTheJobTokenIsRefused) {
   auto server = server_store("s3cret");
-  auto msg = test::expect_throws<DistributedError>([&] { client_store(server->port(), "other"); });
+  auto msg = test::expect_throws<DistributedError>([&] { store_client(server->port(), "other"); });
   EXPECT_NE(msg.find("job token does not match"), std::string::npos) << msg;
-  test::expect_throws<DistributedError>([&] { client_store(server->port(), ""); });
-  client_store(server->port(), "s3cret")->set("k", "v");
+  test::expect_throws<DistributedError>([&] { store_client(server->port(), ""); });
+  store_client(server->port(), "s3cret")->set("k", "v");
   EXPECT_EQ(server->get("k"), "v");
 
   // Through init_process_group: ?token= on a tcp:// URL.
@@ -248,20 +200,20 @@ TEST(StoreFaults, AHostNameThatResolvesToLoopbackHereIsServedOnEveryInterface) {
   o.is_server = true;
   auto server = Store::tcp(o);
   // Listening on every interface holds the port on 127.0.0.2 too.
-  Socket other{::socket(AF_INET, SOCK_STREAM, 0)};
+  Socket other(::socket(AF_INET, SOCK_STREAM, 0));
   auto a = loopback(server->port(), "127.0.0.2");
   EXPECT_NE(::bind(other.fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)), 0);
-  client_store(server->port())->set("k", "v");
+  store_client(server->port())->set("k", "v");
   EXPECT_EQ(server->get("k"), "v");
 }
 
 TEST(StoreFaults, TheServerListensOnlyOnTheAddressItWasGiven) {
   auto server = server_store();  // 127.0.0.1
   // Had it bound every interface (c10d's TCPStore does), this bind would fail with EADDRINUSE.
-  Socket other{::socket(AF_INET, SOCK_STREAM, 0)};
+  Socket other(::socket(AF_INET, SOCK_STREAM, 0));
   auto a = loopback(server->port(), "127.0.0.2");
   EXPECT_EQ(::bind(other.fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)), 0) << strerror(errno);
-  Socket v6{::socket(AF_INET6, SOCK_STREAM, 0)};
+  Socket v6(::socket(AF_INET6, SOCK_STREAM, 0));
   if (v6.fd >= 0) {
     sockaddr_in6 b{};
     b.sin6_family = AF_INET6;

@@ -39,6 +39,11 @@ std::string TwoHosts::why_not() {
 
 bool TwoHosts::cut() const { return sh("ip -n " + ns_a_ + " link set " + if_a_ + " down"); }
 
+bool TwoHosts::black_hole_on_b(const std::string& address) const {
+  return sh("ip -n " + ns_b_ + " neigh add " + address + " lladdr 02:00:00:00:00:99 dev " + if_b_ +
+            " nud permanent");
+}
+
 void TwoHosts::enter(const std::string& ns, const std::string& ifname) {
   const std::string path = "/var/run/netns/" + ns;
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);

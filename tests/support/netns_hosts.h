@@ -40,6 +40,9 @@ class TwoHosts {
   void enter_b() const { enter(ns_b_, if_b_); }
   // Takes host a's link down: both hosts stay up but cannot reach each other.
   bool cut() const;
+  // Makes `address` (in the hosts' subnet) a black hole seen from host b: b sends to a hardware
+  // address nobody has, so a connection request there is never answered, never refused.
+  bool black_hole_on_b(const std::string& address) const;
 
  private:
   static LaunchOptions gloo_if(const std::string& ifname);

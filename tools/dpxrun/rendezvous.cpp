@@ -36,19 +36,21 @@ struct NodeEntry {
 };
 
 // Note [Rendezvous stores]
-// The static backend's store doubles as the workers' agent store
-// (TORCHELASTIC_USE_AGENT_STORE=True), which PyTorch workers must be able to join: it speaks c10d's
-// protocol. The c10d backend's store is for dpxrun agents only: dpx's own store, bound to the
-// endpoint's address, with the job token.
+// Both backends' stores are dpx's own (docs/launcher.md, "The rendezvous store"): bound to the
+// address given, with the job token, bounded requests and deadlines. The static backend's store
+// doubles as the workers' agent store (TORCHELASTIC_USE_AGENT_STORE=True), which PyTorch programs
+// join with c10d's TCPStore client: it also serves that protocol, to clients that may touch only
+// the keys c10d's clients use (Note [c10d clients] in src/store/tcp_server.h), so the token still
+// guards the rendezvous keys. dpxrun's agents always speak dpx's protocol, with the token.
 std::shared_ptr<dpx::Store> connect(const std::string& host, int port, bool server,
-                                    double timeout, const std::string* token) {
+                                    double timeout, const std::string& token, bool agent_store) {
   dpx::TcpStoreOptions o;
   o.host = host;
   o.port = static_cast<std::uint16_t>(port);
   o.is_server = server;
   o.timeout = ms(timeout);
-  o.c10d_protocol = token == nullptr;
-  if (token != nullptr) o.token = *token;
+  o.token = token;
+  o.accept_c10d_clients = agent_store;
   return dpx::Store::tcp(o);
 }
 
@@ -69,7 +71,8 @@ Rendezvous::Rendezvous(const Config& config, std::function<bool()> interrupted)
   if (config_.is_static()) {
     store_host_ = config_.master_addr;
     hosts_store_ = config_.node_rank == 0;
-    store_ = connect(store_host_, config_.master_port, hosts_store_, connect_timeout, nullptr);
+    store_ = connect(store_host_, config_.master_port, hosts_store_, connect_timeout, token_,
+                     true);
     local_addr_ = config_.master_addr;
   } else {
     store_host_ = config_.rdzv_host;
@@ -78,14 +81,14 @@ Rendezvous::Rendezvous(const Config& config, std::function<bool()> interrupted)
       // The first agent on the endpoint's host serves the store; the others find the port taken
       // and join as clients (a race between two starting at once is settled by the bind).
       try {
-        store_ = connect(store_host_, config_.rdzv_port, true, connect_timeout, &token_);
+        store_ = connect(store_host_, config_.rdzv_port, true, connect_timeout, token_, false);
         hosts_store_ = true;
       } catch (const dpx::DistributedError&) {
         if (config_.rdzv_port == 0) throw;
       }
     }
     if (!store_) {
-      store_ = connect(store_host_, config_.rdzv_port, false, connect_timeout, &token_);
+      store_ = connect(store_host_, config_.rdzv_port, false, connect_timeout, token_, false);
     }
     // Where peers reach this host, even when every node has the same hostname (network
     // namespaces): the local address that routes to the store's host.

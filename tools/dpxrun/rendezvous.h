@@ -73,10 +73,9 @@ class Rendezvous {
   // Where workers reach the store (DPX_AGENT_STORE: "dpx://" marks dpx's own store,
   // Note [Rendezvous stores]) and key prefix for heartbeats.
   std::string store_address() const {
-    return (config_.is_static() ? "" : "dpx://") + store_host_ + ":" +
-           std::to_string(store_->port());
+    return "dpx://" + store_host_ + ":" + std::to_string(store_->port());
   }
-  // The job token (DPX_STORE_TOKEN) of the c10d backend's store and of the workers' store.
+  // The job token (DPX_STORE_TOKEN) of the rendezvous store and of the workers' store.
   const std::string& token() const { return token_; }
   std::string key(const std::string& k) const { return prefix_ + k; }
   bool hosts_store() const { return hosts_store_; }

@@ -27,4 +27,8 @@ MemoryPolicy memory_policy_in_env();
 // the cache is not in force.
 std::size_t release_cached_memory();
 
+// The bytes of freed blocks the cache holds now (0 when it is not in force): the part of a
+// process's resident memory that is dpx's cache (docs/performance.md, "Memory of a long run").
+std::size_t cached_memory_bytes();
+
 }  // namespace dpx

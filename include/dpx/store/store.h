@@ -31,6 +31,15 @@ struct TcpStoreOptions {
   // How long the server lets a client take to say hello, or to finish a request it started,
   // before it drops that client.
   std::chrono::milliseconds client_deadline = std::chrono::seconds(10);
+  // How long the server lets a new connection take to say who it is (a dpx client's hello, a
+  // c10d client's first request), and how many may wait to do so; the oldest beyond that is
+  // dropped (docs/backends.md "Stores").
+  std::chrono::milliseconds hello_deadline = std::chrono::seconds(2);
+  int max_unidentified = 128;
+  // The server also serves clients of c10d's TCPStore protocol (PyTorch programs, LibTorch's
+  // TCPStore), which present no token and may touch only the keys such clients use ("/..." and
+  // "init/"), so the token still guards the rest (dpxrun's static rendezvous store).
+  bool accept_c10d_clients = false;
   // Speak c10d's TCPStore protocol instead (to serve, or join, a store that PyTorch programs
   // use, such as torchrun's agent store). Then none of the above holds but `host`, `port`,
   // `is_server` and `timeout`: the server listens on every interface, has no token, and trusts

@@ -92,13 +92,21 @@ void check_same(const CollectiveDescriptor& mine, const CollectiveDescriptor& th
 void check_settings_agree(Store& store, int rank, int size, const std::vector<Setting>& mine,
                           std::chrono::milliseconds timeout, const std::string& where) {
   if (size == 1) return;
-  const auto all = store_all_gather(store, "settings", rank, size, encode(mine), timeout);
+  std::string round;
+  const auto all = store_all_gather(store, "settings", rank, size, encode(mine), timeout, &round);
   for (int r = 0; r < size; ++r) {
     if (r == rank) continue;
     const std::vector<Setting> theirs = decode(all[r]);
     for (const auto& x : mine) {
       const std::string other = value_of(theirs, x.name);
       if (other == x.value) continue;
+      // Every rank finds a difference (each compares with all): fail together
+      // (Note [Failing together] in store/round.h).
+      if (rank == 0) {
+        wait_until_read(store, round, ranks_but_0(size), std::min(timeout, kReadLimit));
+      } else {
+        done_reading(store, round, rank);
+      }
       throw DistributedError(where + "ranks disagree on " + x.name + ": this rank has " +
                              x.value + ", rank " + std::to_string(r) + " has " + other +
                              ". Set it to the same value on every rank (or leave it unset "

@@ -10,6 +10,7 @@
 #include "comm/backends/shm/process_group_shm.h"
 #include "comm/backends/staged/process_group_staged.h"
 #include "comm/setup/choose.h"
+#include "comm/setup/members.h"
 #include "dpx/store/errors.h"
 #include "dpx/runtime/cuda.h"
 
@@ -23,6 +24,8 @@ std::shared_ptr<ProcessGroup> make_group(Backend asked, const BackendArgs& args)
               asked == Backend::kNccl ? "nccl works on CUDA devices only; give "
               "ProcessGroup::Options::device = cuda (or use shm or gloo on the CPU)" :
               "dpx runs groups on the CPU or on CUDA devices");
+  check_members(*args.store, args.rank, args.size, args.options.timeout,
+                where(args.rank, args.size));
   std::optional<Placement> placement;
   auto placed = [&]() -> const Placement& {
     if (!placement) {

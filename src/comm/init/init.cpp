@@ -7,6 +7,7 @@
 #include "comm/setup/backend.h"
 #include "comm/init/factory.h"
 #include "comm/init/init_url.h"
+#include "comm/setup/members.h"
 #include "store/job_token.h"
 #include "dpx/store/errors.h"
 #include "dpx/runtime/cuda.h"
@@ -21,6 +22,9 @@ struct Rendezvous {
   std::shared_ptr<Store> store;
   int rank = -1;
   int world_size = -1;
+  // The init method made the store for this run of the job (rank 0's, or a file): a launcher's
+  // agent store outlives the workers it saw, and the caller's store may serve several runs.
+  bool fresh_store = false;
 };
 
 // A launcher variable Env::read() found (and parsed), or the "expected, but not set" error.
@@ -109,6 +113,7 @@ Rendezvous rendezvous(const InitOptions& opts) {
       // the prefix torch.distributed uses, so dpx and PyTorch workers agree on it.
       r.store = Store::prefix("/worker/attempt_" + std::to_string(env.restart_count), r.store);
     }
+    r.fresh_store = !env.use_agent_store;
     return r;
   }
   const detail::InitUrl url = detail::parse_init_url(m);
@@ -124,6 +129,7 @@ Rendezvous rendezvous(const InitOptions& opts) {
     r.store = Store::file(url.path, r.world_size);
     r.store->set_timeout(opts.timeout);
   }
+  r.fresh_store = true;
   return r;
 }
 
@@ -156,6 +162,8 @@ std::shared_ptr<ProcessGroup> init_process_group(InitOptions opts) {
   if (opts.process) init_process(*opts.process);  // before any socket: Note [SIGPIPE]
   Rendezvous r = rendezvous(opts);
   auto store = Store::prefix(opts.group_name, r.store);
+  // In a store made for this run, a rank claimed twice is two processes started with one rank.
+  if (r.fresh_store) detail::claim_rank(*store, r.rank, where(r.rank, r.world_size));
   ProcessGroup::Options pg;
   pg.timeout = opts.timeout;
   pg.device = cuda::local_device(opts.device);  // before connecting; new_group makes it current

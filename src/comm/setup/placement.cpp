@@ -12,17 +12,13 @@
 #include "runtime/cuda/device.h"
 
 namespace dpx::detail {
-namespace {
 
-// "net:[4026531833]", or "" where /proc does not say.
 std::string namespace_of(const char* kind) {
   char buf[64] = {0};
   const std::string link = std::string("/proc/self/ns/") + kind;
   const ssize_t n = ::readlink(link.c_str(), buf, sizeof(buf) - 1);
   return n > 0 ? std::string(buf, static_cast<std::size_t>(n)) : std::string();
 }
-
-}  // namespace
 
 bool HostLayout::shares_a_host() const {
   for (const auto& ranks : ranks_of) {

@@ -36,6 +36,10 @@ struct Placement {
   bool device_shared = false;  // two ranks of one host on the same device (CPU groups: any two)
 };
 
+// This process's namespace of `kind` ("net", "pid"): "net:[4026531833]", or "" where /proc
+// does not say.
+std::string namespace_of(const char* kind);
+
 // "hostname/boot id/net namespace/pid namespace": equal for two processes on one host.
 std::string host_identity();
 

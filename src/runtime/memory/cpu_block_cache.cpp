@@ -95,7 +95,7 @@ c10::DataPtr CpuBlockCache::allocate_block(std::size_t n) const {
       void* p = it->second.back();
       it->second.pop_back();
       cached_ -= size;
-      live_[p] = size;
+      hand_out(p, size);
       return {p, p, &release, cpu};
     }
   }
@@ -104,7 +104,7 @@ c10::DataPtr CpuBlockCache::allocate_block(std::size_t n) const {
   TORCH_CHECK(p, "DefaultCPUAllocator: not enough memory: you tried to allocate ", n, " bytes.");
   {
     std::lock_guard<std::mutex> lock(mutex_);
-    live_[p] = size;
+    hand_out(p, size);
   }
   return {p, p, &release, cpu};
 }
@@ -124,6 +124,7 @@ void CpuBlockCache::release(void* ptr) {
     if (it != self.live_.end()) {
       const std::size_t size = it->second;
       self.live_.erase(it);
+      self.live_bytes_ -= size;
       if (self.make_room(size, size)) {
         self.free_[size].push_back(ptr);
         self.cached_ += size;
@@ -134,9 +135,18 @@ void CpuBlockCache::release(void* ptr) {
   std::free(ptr);
 }
 
+void CpuBlockCache::hand_out(void* p, std::size_t size) const {
+  live_[p] = size;
+  live_bytes_ += size;
+  peak_live_ = std::max(peak_live_, live_bytes_);
+}
+
+std::size_t CpuBlockCache::bound() const { return std::min(limit_, peak_live_); }
+
 bool CpuBlockCache::make_room(std::size_t bytes, std::size_t keep_class) const {
-  if (bytes > limit_) return false;
-  while (cached_ + bytes > limit_) {
+  const std::size_t most = bound();
+  if (bytes > most) return false;
+  while (cached_ + bytes > most) {
     std::vector<void*>* oldest = nullptr;
     std::size_t oldest_class = 0;
     std::uint64_t oldest_asked = UINT64_MAX;

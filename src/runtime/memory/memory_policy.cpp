@@ -2,6 +2,8 @@
 
 #include <c10/util/Exception.h>
 
+#include <malloc.h>
+
 #include <mutex>
 
 #include "runtime/env_read.h"
@@ -24,6 +26,16 @@ MemoryPolicy apply_memory_policy(std::optional<MemoryPolicy> policy) {
                "tensor blocks are not cached (DPX_MALLOC=retain has no effect)");
     p = MemoryPolicy::kSystem;
   }
+  // Note [Blocks the cache lets go]
+  // The cache decides which large blocks stay; those it gives
+  // back must leave the process. glibc's mmap threshold rises (up to 32 MiB) as mmap()ed blocks
+  // are freed, after which it serves large blocks from its heap and keeps them there when they
+  // are freed: 80-100 MiB per rank in a soak of random collectives (docs/performance.md,
+  // "Memory of a long run"). Fixed at the cache's smallest class, every block the cache handles
+  // is mmap()ed and goes back to the kernel when the cache frees it.
+  if (p == MemoryPolicy::kRetain) {
+    ::mallopt(M_MMAP_THRESHOLD, static_cast<int>(detail::CpuBlockCache::kMinBytes));
+  }
   applied = p;
   return p;
 }
@@ -40,6 +52,12 @@ std::size_t release_cached_memory() {
   std::lock_guard<std::mutex> lock(mutex);
   if (applied != MemoryPolicy::kRetain) return 0;
   return detail::CpuBlockCache::instance().release_cached();
+}
+
+std::size_t cached_memory_bytes() {
+  std::lock_guard<std::mutex> lock(mutex);
+  if (applied != MemoryPolicy::kRetain) return 0;
+  return detail::CpuBlockCache::instance().cached_bytes();
 }
 
 }  // namespace dpx

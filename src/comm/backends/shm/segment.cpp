@@ -10,8 +10,10 @@
 #include <cerrno>
 #include <cstring>
 #include <new>
+#include <stdexcept>
 #include <vector>
 
+#include "comm/setup/placement.h"
 #include "store/round.h"
 #include "dpx/store/errors.h"
 
@@ -88,44 +90,61 @@ char* create(int& fd, std::size_t bytes, int world, std::size_t slot_bytes,
   return base;
 }
 
-int open_peer_file(const std::string& path, const std::string& where) {
+// Why a rank cannot use rank 0's segment, without the rank's prefix: every rank of the group
+// raises it (Note [Attach failures] in segment.h).
+class AttachError : public std::runtime_error {
+ public:
+  explicit AttachError(int rank, const std::string& why)
+      : std::runtime_error("rank " + std::to_string(rank) + " cannot open rank 0's segment: " +
+                           why + ". Ranks must run as one user in one pid namespace to share "
+                           "memory; else use DPX_BACKEND=gloo.") {}
+};
+
+// The pid in "/proc/<pid>/fd/<n>".
+std::string pid_of(const std::string& path) {
+  const auto begin = std::strlen("/proc/");
+  return path.substr(begin, path.find('/', begin) - begin);
+}
+
+int open_peer_file(const std::string& path, const std::string& owner_pid_ns, int rank,
+                   const std::string& where) {
+  const std::string mine = namespace_of("pid");
+  if (!owner_pid_ns.empty() && !mine.empty() && owner_pid_ns != mine) {
+    throw AttachError(rank, "rank 0 runs in another pid namespace (" + owner_pid_ns +
+                            "; this rank's is " + mine + "), where " + path +
+                            " does not lead to it");
+  }
   int fd = ::open(path.c_str(), O_RDWR | O_CLOEXEC);
   if (fd >= 0) return fd;
   const int e = errno;
-  if (e == ENOENT) {
+  struct stat st {};
+  if (e == ENOENT && ::stat(("/proc/" + pid_of(path)).c_str(), &st) != 0) {
     throw PeerLostError(where + "shm backend: rank 0 exited during set-up (" + path +
                         " is gone); see its log");
   }
-  throw DistributedError(where + "shm backend: cannot open rank 0's segment " + path + ": " +
-                         std::strerror(e) + ". Ranks must run as the same user in the same pid "
-                         "namespace to share memory; else use DPX_BACKEND=gloo.");
+  throw AttachError(rank, "open(" + path + "): " + std::strerror(e));
 }
 
-char* attach(const std::string& path, std::size_t bytes, int world, std::size_t slot_bytes,
-             const std::string& where) {
-  int fd = open_peer_file(path, where);
+char* attach(const std::string& path, const std::string& owner_pid_ns, std::size_t bytes,
+             int world, std::size_t slot_bytes, int rank, const std::string& where) {
+  int fd = open_peer_file(path, owner_pid_ns, rank, where);
   struct stat st {};
   if (::fstat(fd, &st) != 0 || static_cast<std::size_t>(st.st_size) != bytes) {
     ::close(fd);
-    throw DistributedError(where + "shm backend: segment " + path + " has " +
-                           std::to_string(st.st_size) + " bytes, expected " +
-                           std::to_string(bytes) + "; do all ranks run the same dpx build with "
-                           "the same DPX_SHM_* settings?");
+    throw AttachError(rank, path + " has " + std::to_string(st.st_size) + " bytes, expected " +
+                            std::to_string(bytes) + " (do all ranks run the same dpx build?)");
   }
-  char* base = nullptr;
-  try {
-    base = map(fd, bytes, where);
-  } catch (...) {
-    ::close(fd);
-    throw;
-  }
+  void* p = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd, 0);
+  const int e = errno;
   ::close(fd);
+  if (p == MAP_FAILED) throw AttachError(rank, "mmap of " + path + ": " + std::strerror(e));
+  char* base = static_cast<char*>(p);
   const auto* h = reinterpret_cast<const Header*>(base);
   if (h->magic != kMagic || h->version != kVersion || h->world != static_cast<std::uint32_t>(world) ||
       h->slot_bytes != slot_bytes) {
     ::munmap(base, bytes);
-    throw DistributedError(where + "shm backend: segment " + path + " has another layout than "
-                           "this rank expects (world size, slot size or dpx version differ)");
+    throw AttachError(rank, path + " has another layout than this rank expects (world size, "
+                            "slot size or dpx version differ)");
   }
   return base;
 }
@@ -152,14 +171,32 @@ std::unique_ptr<Segment> Segment::open(Store& store, int rank, int world,
   store.wait({prefix + "name"}, options.timeout);
   const std::string path = store.get(prefix + "name");
   if (path.rfind(kErrorMark, 0) == 0) {
+    done_reading(store, prefix, rank);
     throw DistributedError(where + "shm backend: rank 0 could not set the group up: " +
                            path.substr(std::strlen(kErrorMark)));
   }
-  char* base = attach(path, bytes, world, slot, where);
+  const std::string mapped = prefix + "mapped/" + std::to_string(rank);
+  char* base = nullptr;
+  try {
+    base = attach(path, store.get(prefix + "pid_ns"), bytes, world, slot, rank, where);
+  } catch (const AttachError& e) {
+    try {
+      store.set(mapped, kErrorMark + std::string(e.what()));
+    } catch (const std::exception&) {
+      // The store is gone with rank 0: nobody is left to tell.
+    }
+    done_reading(store, prefix, rank);
+    throw DistributedError(where + "shm backend: " + e.what());
+  }
   std::unique_ptr<Segment> seg(new Segment(path, base, bytes, world, slot));
   seg->control(rank).pid.store(::getpid());
-  store.set(prefix + "mapped/" + std::to_string(rank), "1");
+  store.set(mapped, "1");
   store.wait({prefix + "ready"}, options.timeout);
+  const std::string ready = store.get(prefix + "ready");
+  if (ready.rfind(kErrorMark, 0) == 0) {
+    done_reading(store, prefix, rank);
+    throw DistributedError(where + "shm backend: " + ready.substr(std::strlen(kErrorMark)));
+  }
   return seg;
 }
 
@@ -173,6 +210,7 @@ std::unique_ptr<Segment> Segment::open_as_creator(Store& store, const std::strin
     base = create(fd, bytes, world, slot, where);
   } catch (const std::exception& e) {
     store.set(prefix + "name", kErrorMark + std::string(e.what()));
+    wait_until_read(store, prefix, ranks_but_0(world), std::min(options.timeout, kReadLimit));
     throw;
   }
   const std::string path = "/proc/" + std::to_string(::getpid()) + "/fd/" + std::to_string(fd);
@@ -180,14 +218,26 @@ std::unique_ptr<Segment> Segment::open_as_creator(Store& store, const std::strin
   seg->control(0).pid.store(::getpid());
   std::vector<std::string> mapped;
   for (int r = 1; r < world; ++r) mapped.push_back(prefix + "mapped/" + std::to_string(r));
+  std::string failure;
   try {
+    store.set(prefix + "pid_ns", namespace_of("pid"));
     store.set(prefix + "name", path);
     if (!mapped.empty()) store.wait(mapped, options.timeout);
+    for (const auto& key : mapped) {
+      const std::string v = store.get(key);
+      if (failure.empty() && v.rfind(kErrorMark, 0) == 0) failure = v.substr(std::strlen(kErrorMark));
+    }
   } catch (...) {
     ::close(fd);
     throw;
   }
   ::close(fd);
+  if (!failure.empty()) {
+    // Note [Attach failures] in segment.h: every rank fails with the reason.
+    store.set(prefix + "ready", kErrorMark + failure);
+    wait_until_read(store, prefix, ranks_but_0(world), std::min(options.timeout, kReadLimit));
+    throw DistributedError(where + "shm backend: " + failure);
+  }
   store.set(prefix + "ready", "1");
   return seg;
 }

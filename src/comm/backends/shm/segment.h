@@ -9,9 +9,19 @@
 //      (posix_fallocate), maps it, writes the header and sets "shm/<g>/name" to
 //      "/proc/<pid>/fd/<fd>" (or to "error:<message>" when any of that failed, so that every
 //      rank fails at once with rank 0's reason).
-//   3. The other ranks open that path, map it, check the header and set "shm/<g>/mapped/<rank>".
-//   4. Rank 0 waits for every "mapped" key, closes its descriptor and sets "shm/<g>/ready"; the
-//      others wait for "ready".
+//      Before it, "shm/<g>/pid_ns" names rank 0's pid namespace.
+//   3. The other ranks open that path, map it, check the header and set "shm/<g>/mapped/<rank>"
+//      to "1", or to "error:<why>" when they cannot (Note [Attach failures]).
+//   4. Rank 0 waits for every "mapped" key, closes its descriptor and sets "shm/<g>/ready" to
+//      "1", or to the first "error:<why>" it read; the others wait for "ready".
+// Note [Attach failures]
+// A rank that cannot use rank 0's memory file (another user, another pid namespace, a seccomp
+// policy) used to fail alone, while rank 0 waited out the group timeout for its "mapped" key. It
+// now says why in that key, so every rank raises the same DistributedError at once ("rank R
+// cannot open rank 0's segment: ..."), and rank 0 keeps the store up until the others have read
+// it (Note [Failing together] in store/round.h). A rank in another pid namespace is told so by
+// the namespaces, not by a missing /proc entry, which used to read as "rank 0 exited during
+// set-up" while rank 0 was alive.
 // Note [No name]
 // The segment never has a name in /dev/shm, so no crash at any step (SIGKILL of rank 0 inside the
 // set-up window included) can leave one behind: the memory goes with the last descriptor or
