@@ -86,7 +86,7 @@ double clip_grad_norm_(const torch::nn::Module& module, double max_norm, double 
                 "over different process groups");
     for (const auto& p : unit->params()) {
       const auto& g = p.param().grad();
-      if (!g.defined()) continue;
+      if (!g.defined() || g.numel() == 0) continue;  // a rank may hold no rows: inf norm refuses empty
       grads.push_back(g);
       auto norm = at::linalg_vector_norm(g, norm_type).to(at::kDouble);
       part = inf ? at::maximum(part, norm) : part + norm.pow(norm_type);
