@@ -123,4 +123,9 @@ std::vector<ParameterShard> parameter_shards(const torch::nn::Module& module) {
   return out;
 }
 
+std::shared_ptr<ProcessGroup> fsdp_process_group(const torch::nn::Module& module) {
+  const auto units = detail::units_in(module, /*recurse=*/true);
+  return units.empty() ? nullptr : units.front()->process_group();
+}
+
 }  // namespace dpx

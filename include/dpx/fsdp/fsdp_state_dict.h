@@ -6,9 +6,12 @@
 #include <torch/nn/module.h>
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
+
+#include "dpx/comm/process_group.h"
 
 namespace dpx {
 
@@ -41,5 +44,8 @@ struct ParameterShard {
 
 // The parameters of `module` with their shards, in named_parameters() order, each once.
 std::vector<ParameterShard> parameter_shards(const torch::nn::Module& module);
+
+// The process group `module`'s units shard over; null when no module in it is sharded.
+std::shared_ptr<ProcessGroup> fsdp_process_group(const torch::nn::Module& module);
 
 }  // namespace dpx
