@@ -62,7 +62,9 @@ TEST(FsdpFeatures, GradientAccumulationWithoutSyncMatchesOneProcess) {
       torch::optim::SGD opt(net->parameters(), torch::optim::SGDOptions(0.05).momentum(0.9));
       for (int s = 0; s < kSteps; ++s) {
         opt.zero_grad();
+        std::vector<std::uint64_t> issued;  // collectives of each micro-batch
         for (int m = 0; m < kMicro; ++m) {
+          const auto before = pg->collectives_issued();
           auto loss = [&] { return torch::mse_loss(model(mine(xs(s, m), rank)), mine(ys(s, m), rank)); };
           if (m == kMicro - 1) {
             loss().backward();
@@ -74,7 +76,12 @@ TEST(FsdpFeatures, GradientAccumulationWithoutSyncMatchesOneProcess) {
             loss().backward();
             model.fsdp().set_requires_gradient_sync(true);
           }
+          issued.push_back(pg->collectives_issued() - before);
         }
+        // Summing per micro-batch gives the same values, so count: without sync, backward
+        // reduce-scatters nothing (its all-gathers remain).
+        EXPECT_EQ(issued[0], issued[1]);
+        EXPECT_LT(issued[1], issued[2]) << "the micro-batches without sync reduced gradients";
         opt.step();
       }
       expect_same(full_state_dict(*net, {.rank0_only = false}), want, 1e-12);
