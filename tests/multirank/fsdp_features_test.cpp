@@ -164,6 +164,47 @@ TEST(FsdpFeatures, AutocastAndGradScalerAsUnderDdp) {
   }));
 }
 
+// MixedPrecisionPolicy{param_dtype = bfloat16}: the units compute in bfloat16 while the shards,
+// their gradients and the optimizer stay float32. The result is near one float32 process on the
+// whole batch, but not as near as float32 throughout would be (which the second bound tells).
+TEST(FsdpFeatures, ParamDtypeBFloat16ComputesInBFloat16AndStepsInFloat32) {
+  constexpr int kSteps = 3;
+  auto ref = test::make_shard_net(false, torch::kFloat);
+  torch::optim::SGD ref_opt(ref->parameters(), torch::optim::SGDOptions(0.05));
+  for (int s = 0; s < kSteps; ++s) {
+    ref_opt.zero_grad();
+    torch::mse_loss(ref->forward(xs(s, 0).to(torch::kFloat)), ys(s, 0).to(torch::kFloat)).backward();
+    ref_opt.step();
+  }
+  const auto want = test::named_state(*ref);
+  auto store = Store::hash();
+  expect_no_errors(test::run_threads(kWorld, [&](int rank) {
+    auto pg = new_process_group("shm", store, rank, kWorld);
+    auto net = test::make_shard_net(false, torch::kFloat);
+    FullyShardOptions options;
+    options.mp_policy.param_dtype = at::kBFloat16;
+    auto model = test::shard(net, pg, options);
+    torch::optim::SGD opt(net->parameters(), torch::optim::SGDOptions(0.05));
+    for (int s = 0; s < kSteps; ++s) {
+      opt.zero_grad();
+      torch::mse_loss(model(mine(xs(s, 0), rank).to(torch::kFloat)),
+                      mine(ys(s, 0), rank).to(torch::kFloat)).backward();
+      for (const auto& p : net->parameters()) {
+        EXPECT_EQ(p.scalar_type(), torch::kFloat);
+        if (p.grad().defined()) EXPECT_EQ(p.grad().scalar_type(), torch::kFloat);
+      }
+      opt.step();
+    }
+    const auto got = full_state_dict(*net, {.rank0_only = false});
+    expect_same(got, want, 2e-2);
+    double largest = 0;
+    for (std::size_t i = 0; i < got.size(); ++i) {
+      largest = std::max(largest, (got[i].second - want[i].second).abs().max().item<double>());
+    }
+    EXPECT_GT(largest, 1e-5) << "no bfloat16 rounding: the units computed in float32";
+  }));
+}
+
 // Between iterations every parameter holds its shard (what the optimizer steps on); a forward
 // under no_grad (evaluation) gathers what it needs and leaves every unit resharded.
 TEST(FsdpFeatures, ShardsBetweenIterationsAndAfterEvaluation) {
