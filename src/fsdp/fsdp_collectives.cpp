@@ -107,7 +107,7 @@ void FsdpUnit::reduce_gradients() {
     auto grad = p.take_unsharded_grad(dtype);
     if (grad.defined()) by_dtype[dtype].emplace_back(i, std::move(grad));
   }
-  if (reshard_after_backward_) reshard();
+  reshard();
   if (by_dtype.empty()) return;
   context_->finish_reductions();  // at most one reduce-scatter in flight besides this one
   const int world = pg_->size();

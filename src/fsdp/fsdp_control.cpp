@@ -46,13 +46,6 @@ void FsdpControl::set_reshard_after_forward(bool reshard_after_forward, bool rec
   }
 }
 
-void FsdpControl::set_reshard_after_backward(bool reshard_after_backward, bool recurse) {
-  unit_or_throw(*module_);
-  for (const auto& unit : units_in(*module_, recurse)) {
-    unit->set_reshard_after_backward(reshard_after_backward);
-  }
-}
-
 const std::shared_ptr<ProcessGroup>& FsdpControl::process_group() const {
   return unit_or_throw(*module_)->process_group();
 }

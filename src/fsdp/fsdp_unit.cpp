@@ -99,7 +99,7 @@ void FsdpUnit::post_backward() {
     for (auto& p : params_) {
       if (p.requires_grad()) p.accumulate_unsharded_grad(reduce_dtype(p));
     }
-    if (reshard_after_backward_) reshard();
+    reshard();
     return;
   }
   reduce_gradients();

@@ -77,7 +77,6 @@ class FsdpUnit : public std::enable_shared_from_this<FsdpUnit> {
   void set_requires_gradient_sync(bool on) { requires_gradient_sync_ = on; }
   void set_reshard_after_forward(bool on) { options_.reshard_after_forward = on; }
   bool reshards_after_forward() const { return options_.reshard_after_forward.value_or(!root_); }
-  void set_reshard_after_backward(bool on) { reshard_after_backward_ = on; }
 
  private:
   struct Gather {  // the all-gather of the parameters of one dtype
@@ -109,7 +108,6 @@ class FsdpUnit : public std::enable_shared_from_this<FsdpUnit> {
   std::vector<Gather> gathers_;
   bool gather_in_flight_ = false;
   bool requires_gradient_sync_ = true;
-  bool reshard_after_backward_ = true;
 };
 
 }  // namespace dpx::detail

@@ -64,22 +64,35 @@ std::vector<std::pair<std::string, torch::Tensor>> train_one_process(bool tied, 
   return test::named_state(*net);
 }
 
-void expect_parity(const std::string& backend, int world, bool tied, const MakeOptimizer& make) {
+using Setup = std::function<void(FSDPModule<test::ShardNetImpl>&)>;
+
+// Returns the collectives rank 0 issued in training.
+std::uint64_t expect_parity(const std::string& backend, int world, bool tied,
+                            const MakeOptimizer& make, const FullyShardOptions& options = {},
+                            const Setup& setup = nullptr) {
   SCOPED_TRACE(backend + ", world " + std::to_string(world) + (tied ? ", tied" : ""));
   const auto data = make_data(world, tied ? 6 : 4);
   const auto want = train_one_process(tied, world, data, make);
   auto store = Store::hash();
+  std::atomic<std::uint64_t> issued{0};
   auto errors = test::run_threads(world, [&](int rank) {
     auto pg = new_process_group(backend, store, rank, world);
     auto net = test::make_shard_net(tied);
-    auto model = test::shard(net, pg);
+    auto model = test::shard(net, pg, options);
+    if (setup) setup(model);
     auto opt = make(unique_parameters(*net));
+    const auto before = pg->collectives_issued();
     for (int s = 0; s < kSteps; ++s) {
       opt->zero_grad();
       auto x = data.x[s].narrow(0, rank * kPerRank, kPerRank);
       auto y = data.y[s].narrow(0, rank * kPerRank, kPerRank);
       torch::mse_loss(model(x), y).backward();
       opt->step();
+    }
+    if (rank == 0) issued = pg->collectives_issued() - before;
+    if (setup) {  // what setup left unsharded goes back to its shards for the state dict
+      model.fsdp().reshard();
+      for (auto& b : net->blocks) b.fsdp().reshard();
     }
     const auto got = full_state_dict(*net, {.rank0_only = false});
     ASSERT_EQ(got.size(), want.size());
@@ -92,6 +105,7 @@ void expect_parity(const std::string& backend, int world, bool tied, const MakeO
     }
   });
   for (int r = 0; r < world; ++r) EXPECT_EQ(errors[r], "") << "rank " << r;
+  return issued;
 }
 
 TEST(FsdpParity, SgdMatchesOneProcessOnTheWholeBatch) {
@@ -102,6 +116,24 @@ TEST(FsdpParity, SgdMatchesOneProcessOnTheWholeBatch) {
 
 TEST(FsdpParity, AdamWWithATiedParameter) {
   for (int world : {2, 3}) expect_parity("shm", world, /*tied=*/true, adamw);
+}
+
+// The schedule options change when parameters are gathered, never the result; the collectives
+// counted on rank 0 show each option took effect.
+TEST(FsdpParity, ScheduleOptionsKeepTheResult) {
+  constexpr int kWorld = 3;
+  const auto baseline = expect_parity("shm", kWorld, false, sgd);
+  FullyShardOptions keep;
+  keep.reshard_after_forward = false;
+  EXPECT_LT(expect_parity("shm", kWorld, false, sgd, keep), baseline)
+      << "reshard_after_forward=false: backward all-gathers nothing";
+  FullyShardOptions no_prefetch;
+  no_prefetch.forward_prefetch = no_prefetch.backward_prefetch = false;
+  EXPECT_EQ(expect_parity("shm", kWorld, false, sgd, no_prefetch), baseline);
+  EXPECT_EQ(expect_parity("shm", kWorld, false, sgd, {}, [](auto& model) {
+              model.fsdp().unshard();  // before training: the first forward gathers nothing
+              model.fsdp().reshard();
+            }), baseline);
 }
 
 }  // namespace

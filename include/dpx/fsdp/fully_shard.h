@@ -88,8 +88,6 @@ class FsdpControl {
   // with true reduce-scatters what was accumulated. recurse: the units inside too.
   void set_requires_gradient_sync(bool requires_gradient_sync, bool recurse = true);
   void set_reshard_after_forward(bool reshard_after_forward, bool recurse = true);
-  // false: parameters stay unsharded after backward (no all-gather in the next forward).
-  void set_reshard_after_backward(bool reshard_after_backward, bool recurse = true);
   // set_requires_gradient_sync(false) for this scope (DDP's no_sync).
   [[nodiscard]] NoSyncGuard no_sync() { return NoSyncGuard(module_); }
   const std::shared_ptr<ProcessGroup>& process_group() const;
