@@ -129,6 +129,10 @@ TEST(FsdpFeatures, ClipGradNormUsesTheGlobalNorm) {
 // loss made inf at step 2: every rank skips that step and backs the scale off, as under DDP.
 // The forward computes with the same whole parameters as DDP's, so the two agree closely.
 TEST(FsdpFeatures, AutocastAndGradScalerAsUnderDdp) {
+  if (std::string(DPX_TORCH_VERSION).rfind("1.", 0) == 0) {
+    GTEST_SKIP() << "SKIPPED: LibTorch " DPX_TORCH_VERSION "'s CPU autocast gives layer_norm "
+                    "bfloat16 inputs with float32 weights, which it refuses (under DDP too)";
+  }
   constexpr int kSteps = 5, kInfStep = 2;
   auto store = Store::hash();
   expect_no_errors(test::run_threads(2, [&](int rank) {
