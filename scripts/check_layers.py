@@ -51,6 +51,7 @@ UNITS = [
     ("comm/init", 10, ["src/comm/init/*"]),
     ("ddp", 11, ["src/ddp/*", "include/dpx/ddp/*"]),
     ("data_parallel", 11, ["src/data_parallel/*", "include/dpx/data_parallel/*"]),
+    ("fsdp", 11, ["src/fsdp/*", "include/dpx/fsdp/*"]),
     ("algorithms", 12, ["src/algorithms/*", "include/dpx/algorithms/*"]),
     ("amp", 12, ["src/amp/*", "include/dpx/amp/*"]),
     ("checkpoint", 13, ["src/checkpoint/*", "include/dpx/checkpoint/*"]),

@@ -36,6 +36,9 @@
 #include "dpx/ddp/ddp_stats.h"
 #include "dpx/ddp/distributed_data_parallel.h"
 #include "dpx/ddp/future.h"
+#include "dpx/fsdp/fsdp_options.h"
+#include "dpx/fsdp/fsdp_state_dict.h"
+#include "dpx/fsdp/fully_shard.h"
 
 #include "dpx/algorithms/local_sgd.h"
 #include "dpx/algorithms/powersgd.h"
@@ -46,6 +49,7 @@
 
 #include "dpx/checkpoint/checkpoint_file.h"
 #include "dpx/checkpoint/checkpointer.h"
+#include "dpx/checkpoint/fsdp_checkpoint.h"
 #include "dpx/checkpoint/python_format.h"
 #include "dpx/launch/error_handler.h"
 #include "dpx/launch/heartbeat.h"

@@ -1,0 +1,259 @@
+// fully_shard's features besides plain training (threads as ranks): gradient accumulation
+// without sync, clip_grad_norm_ over sharded gradients, autocast with GradScaler, evaluation
+// under no_grad, and the state between iterations.
+#include <torch/torch.h>
+
+#include "dpx/dpx.h"
+#include "dpx/fsdp/fsdp_state_dict.h"
+#include "dpx/fsdp/fully_shard.h"
+#include "support/expect_throws.h"
+#include "support/fsdp_models.h"
+#include "support/harness.h"
+
+namespace dpx {
+namespace {
+
+constexpr int kWorld = 3;
+constexpr int64_t kRows = 2;  // a rank's rows of each micro-batch
+
+torch::Tensor xs(int step, int micro) {
+  return torch::sin(torch::arange(kWorld * kRows * 6, torch::kDouble).reshape({kWorld * kRows, 6}) *
+                    (0.3 * step + 0.1 * micro + 1));
+}
+torch::Tensor ys(int step, int micro) {
+  return torch::cos(torch::arange(kWorld * kRows * 4, torch::kDouble).reshape({kWorld * kRows, 4}) *
+                    (0.2 * step + 0.7 * micro + 1));
+}
+torch::Tensor mine(const torch::Tensor& t, int rank) { return t.narrow(0, rank * kRows, kRows); }
+
+void expect_same(const std::vector<std::pair<std::string, torch::Tensor>>& got,
+                 const std::vector<std::pair<std::string, torch::Tensor>>& want, double atol) {
+  ASSERT_EQ(got.size(), want.size());
+  for (std::size_t i = 0; i < got.size(); ++i) {
+    EXPECT_TRUE(torch::allclose(got[i].second.to(torch::kDouble), want[i].second.to(torch::kDouble), 0, atol))
+        << got[i].first << " differs by "
+        << (got[i].second.to(torch::kDouble) - want[i].second.to(torch::kDouble)).abs().max().item<double>();
+  }
+}
+
+void expect_no_errors(const std::vector<std::string>& errors) {
+  for (std::size_t r = 0; r < errors.size(); ++r) EXPECT_EQ(errors[r], "") << "rank " << r;
+}
+
+// Three micro-batches a step, the first two under no_sync() (or set_requires_gradient_sync),
+// against one process that accumulates the same micro-batches' gradients over all ranks' rows.
+TEST(FsdpFeatures, GradientAccumulationWithoutSyncMatchesOneProcess) {
+  constexpr int kSteps = 4, kMicro = 3;
+  auto ref = test::make_shard_net();
+  torch::optim::SGD ref_opt(ref->parameters(), torch::optim::SGDOptions(0.05).momentum(0.9));
+  for (int s = 0; s < kSteps; ++s) {
+    ref_opt.zero_grad();
+    for (int m = 0; m < kMicro; ++m) torch::mse_loss(ref->forward(xs(s, m)), ys(s, m)).backward();
+    ref_opt.step();
+  }
+  const auto want = test::named_state(*ref);
+  for (bool guard : {true, false}) {
+    SCOPED_TRACE(guard ? "no_sync()" : "set_requires_gradient_sync(false)");
+    auto store = Store::hash();
+    expect_no_errors(test::run_threads(kWorld, [&](int rank) {
+      auto pg = new_process_group("shm", store, rank, kWorld);
+      auto net = test::make_shard_net();
+      auto model = test::shard(net, pg);
+      torch::optim::SGD opt(net->parameters(), torch::optim::SGDOptions(0.05).momentum(0.9));
+      for (int s = 0; s < kSteps; ++s) {
+        opt.zero_grad();
+        std::vector<std::uint64_t> issued;  // collectives of each micro-batch
+        for (int m = 0; m < kMicro; ++m) {
+          const auto before = pg->collectives_issued();
+          auto loss = [&] { return torch::mse_loss(model(mine(xs(s, m), rank)), mine(ys(s, m), rank)); };
+          if (m == kMicro - 1) {
+            loss().backward();
+          } else if (guard) {
+            auto no_sync = model.fsdp().no_sync();
+            loss().backward();
+          } else {
+            model.fsdp().set_requires_gradient_sync(false);
+            loss().backward();
+            model.fsdp().set_requires_gradient_sync(true);
+          }
+          issued.push_back(pg->collectives_issued() - before);
+        }
+        // Summing per micro-batch gives the same values, so count: without sync, backward
+        // reduce-scatters nothing (its all-gathers remain).
+        EXPECT_EQ(issued[0], issued[1]);
+        EXPECT_LT(issued[1], issued[2]) << "the micro-batches without sync reduced gradients";
+        opt.step();
+      }
+      expect_same(full_state_dict(*net, {.rank0_only = false}), want, 1e-12);
+    }));
+  }
+}
+
+// clip_grad_norm_ clips by the norm over every rank's shards: the same total norm and the same
+// training as torch::nn::utils::clip_grad_norm_ in one process, for the 2-norm and the max-norm.
+TEST(FsdpFeatures, ClipGradNormUsesTheGlobalNorm) {
+  for (double norm_type : {2.0, std::numeric_limits<double>::infinity()}) {
+    SCOPED_TRACE("norm_type " + std::to_string(norm_type));
+    constexpr int kSteps = 5;
+    constexpr double kMaxNorm = 0.05;  // small enough to clip every step
+    auto ref = test::make_shard_net();
+    torch::optim::SGD ref_opt(ref->parameters(), torch::optim::SGDOptions(0.1));
+    std::vector<double> ref_norms;
+    for (int s = 0; s < kSteps; ++s) {
+      ref_opt.zero_grad();
+      torch::mse_loss(ref->forward(xs(s, 0)), ys(s, 0)).backward();
+      ref_norms.push_back(torch::nn::utils::clip_grad_norm_(ref->parameters(), kMaxNorm, norm_type));
+      ref_opt.step();
+    }
+    const auto want = test::named_state(*ref);
+    auto store = Store::hash();
+    expect_no_errors(test::run_threads(kWorld, [&](int rank) {
+      auto pg = new_process_group("gloo", store, rank, kWorld);
+      auto net = test::make_shard_net();
+      auto model = test::shard(net, pg);
+      torch::optim::SGD opt(net->parameters(), torch::optim::SGDOptions(0.1));
+      for (int s = 0; s < kSteps; ++s) {
+        opt.zero_grad();
+        torch::mse_loss(model(mine(xs(s, 0), rank)), mine(ys(s, 0), rank)).backward();
+        const double norm = clip_grad_norm_(*net, kMaxNorm, norm_type);
+        EXPECT_NEAR(norm, ref_norms[s], 1e-12 * ref_norms[s]) << "step " << s;
+        EXPECT_GT(norm, kMaxNorm);
+        opt.step();
+      }
+      expect_same(full_state_dict(*net, {.rank0_only = false}), want, 1e-12);
+    }));
+  }
+}
+
+// CPU bfloat16 autocast and GradScaler (its found-inf flag reduced over the group), with rank 0's
+// loss made inf at step 2: every rank skips that step and backs the scale off, as under DDP.
+// The forward computes with the same whole parameters as DDP's, so the two agree closely.
+TEST(FsdpFeatures, AutocastAndGradScalerAsUnderDdp) {
+  if (std::string(DPX_TORCH_VERSION).rfind("1.", 0) == 0) {
+    GTEST_SKIP() << "SKIPPED: LibTorch " DPX_TORCH_VERSION "'s CPU autocast gives layer_norm "
+                    "bfloat16 inputs with float32 weights, which it refuses (under DDP too)";
+  }
+  constexpr int kSteps = 5, kInfStep = 2;
+  auto store = Store::hash();
+  expect_no_errors(test::run_threads(2, [&](int rank) {
+    auto pg = new_process_group("shm", store, rank, 2);
+    auto train = [&](auto& model, torch::nn::Module& net, std::vector<double>& scales) {
+      torch::optim::SGD opt(net.parameters(), torch::optim::SGDOptions(0.05));
+      GradScaler scaler({.init_scale = 1024.0, .growth_interval = 2}, pg);
+      for (int s = 0; s < kSteps; ++s) {
+        opt.zero_grad();
+        torch::Tensor loss;
+        {
+          AutocastGuard autocast({.device_type = at::kCPU, .dtype = at::kBFloat16});
+          loss = torch::mse_loss(model(mine(xs(s, 0), rank).to(torch::kFloat)),
+                                 mine(ys(s, 0), rank).to(torch::kFloat));
+        }
+        if (s == kInfStep && rank == 0) loss = loss * std::numeric_limits<float>::infinity();
+        scaler.scale(loss).backward();
+        scaler.step(opt);
+        scaler.update();
+        scales.push_back(scaler.get_scale());
+      }
+    };
+    std::vector<double> ddp_scales, fsdp_scales;
+    auto ddp_net = test::make_shard_net(false, torch::kFloat);
+    DistributedDataParallel ddp(ddp_net, pg);
+    train(ddp, *ddp_net, ddp_scales);
+    auto net = test::make_shard_net(false, torch::kFloat);
+    auto model = test::shard(net, pg);
+    train(model, *net, fsdp_scales);
+    EXPECT_EQ(fsdp_scales, ddp_scales);
+    EXPECT_EQ(fsdp_scales[kInfStep], fsdp_scales[kInfStep - 1] / 2) << "the inf step backed off";
+    expect_same(full_state_dict(*net, {.rank0_only = false}), test::named_state(*ddp_net), 1e-6);
+  }));
+}
+
+// MixedPrecisionPolicy{param_dtype = bfloat16}: the units compute in bfloat16 while the shards,
+// their gradients and the optimizer stay float32. The result is near one float32 process on the
+// whole batch, but not as near as float32 throughout would be (which the second bound tells).
+TEST(FsdpFeatures, ParamDtypeBFloat16ComputesInBFloat16AndStepsInFloat32) {
+  constexpr int kSteps = 3;
+  auto ref = test::make_shard_net(false, torch::kFloat);
+  torch::optim::SGD ref_opt(ref->parameters(), torch::optim::SGDOptions(0.05));
+  for (int s = 0; s < kSteps; ++s) {
+    ref_opt.zero_grad();
+    torch::mse_loss(ref->forward(xs(s, 0).to(torch::kFloat)), ys(s, 0).to(torch::kFloat)).backward();
+    ref_opt.step();
+  }
+  const auto want = test::named_state(*ref);
+  auto store = Store::hash();
+  expect_no_errors(test::run_threads(kWorld, [&](int rank) {
+    auto pg = new_process_group("shm", store, rank, kWorld);
+    auto net = test::make_shard_net(false, torch::kFloat);
+    FullyShardOptions options;
+    options.mp_policy.param_dtype = at::kBFloat16;
+    auto model = test::shard(net, pg, options);
+    torch::optim::SGD opt(net->parameters(), torch::optim::SGDOptions(0.05));
+    for (int s = 0; s < kSteps; ++s) {
+      opt.zero_grad();
+      torch::mse_loss(model(mine(xs(s, 0), rank).to(torch::kFloat)),
+                      mine(ys(s, 0), rank).to(torch::kFloat)).backward();
+      for (const auto& p : net->parameters()) {
+        EXPECT_EQ(p.scalar_type(), torch::kFloat);
+        if (p.grad().defined()) EXPECT_EQ(p.grad().scalar_type(), torch::kFloat);
+      }
+      opt.step();
+    }
+    const auto got = full_state_dict(*net, {.rank0_only = false});
+    expect_same(got, want, 2e-2);
+    double largest = 0;
+    for (std::size_t i = 0; i < got.size(); ++i) {
+      largest = std::max(largest, (got[i].second - want[i].second).abs().max().item<double>());
+    }
+    EXPECT_GT(largest, 1e-5) << "no bfloat16 rounding: the units computed in float32";
+  }));
+}
+
+// Between iterations every parameter holds its shard (what the optimizer steps on); a forward
+// under no_grad (evaluation) gathers what it needs and leaves every unit resharded.
+TEST(FsdpFeatures, ShardsBetweenIterationsAndAfterEvaluation) {
+  auto store = Store::hash();
+  expect_no_errors(test::run_threads(kWorld, [&](int rank) {
+    auto pg = new_process_group("shm", store, rank, kWorld);
+    auto reference = test::make_shard_net();
+    auto net = test::make_shard_net();
+    auto model = test::shard(net, pg);
+    auto expect_sharded = [&] {
+      // blocks0.fc.weight: 13 rows over 3 ranks in chunks of 5 (5, 5, 3)
+      EXPECT_EQ(net->blocks[0]->fc->weight.size(0), rank < 2 ? 5 : 3);
+      EXPECT_EQ(net->embed->weight.size(0), rank < 2 ? 3 : 2);  // the root's: 8 rows
+    };
+    expect_sharded();
+    torch::Tensor out;
+    {
+      torch::NoGradGuard no_grad;
+      out = model(xs(0, 0));
+    }
+    expect_sharded();
+    EXPECT_TRUE(torch::allclose(out, reference->forward(xs(0, 0)), 0, 1e-12));
+    model(xs(0, 0)).sum().backward();
+    expect_sharded();
+    EXPECT_EQ(net->blocks[0]->fc->weight.grad().sizes(), net->blocks[0]->fc->weight.sizes());
+    EXPECT_FALSE(net->blocks[1]->fc->bias.grad().defined()) << "frozen: no gradient";
+  }));
+}
+
+// Wrapping errors say what to do.
+TEST(FsdpFeatures, WrappingMistakesAreExplained) {
+  auto store = Store::hash();
+  expect_no_errors(test::run_threads(2, [&](int rank) {
+    auto pg = new_process_group("shm", store, rank, 2);
+    auto net = test::make_shard_net();
+    fully_shard(net, pg);  // the root first: its children's parameters are taken
+    auto msg = test::expect_throws<c10::Error>([&] { fully_shard(net->blocks[0], pg); });
+    EXPECT_NE(msg.find("apply it bottom-up"), std::string::npos) << msg;
+    msg = test::expect_throws<c10::Error>([&] { fully_shard(net, pg); });
+    EXPECT_NE(msg.find("was applied to this"), std::string::npos) << msg;
+    auto other = test::make_shard_net();
+    msg = test::expect_throws<c10::Error>([&] { clip_grad_norm_(*other, 1.0); });
+    EXPECT_NE(msg.find("is sharded"), std::string::npos) << msg;
+  }));
+}
+
+}  // namespace
+}  // namespace dpx
