@@ -4,6 +4,7 @@
 
 #include <optional>
 
+#include "comm/backends/gloo/device.h"
 #include "comm/backends/gloo/process_group_gloo.h"
 #include "comm/backends/hierarchical/process_group_hierarchical.h"
 #include "comm/backends/nccl/process_group_nccl.h"
@@ -24,6 +25,13 @@ std::shared_ptr<ProcessGroup> make_group(Backend asked, const BackendArgs& args)
               asked == Backend::kNccl ? "nccl works on CUDA devices only; give "
               "ProcessGroup::Options::device = cuda (or use shm or gloo on the CPU)" :
               "dpx runs groups on the CPU or on CUDA devices");
+  // Where gloo would listen is this rank's own decision, and it can fail at once (a job over
+  // several hosts whose master resolves to loopback here;
+  // Note [Listen where the master is reached]). Made before the members round, which would wait
+  // until the group's timeout for ranks such a job never connects.
+  if (asked == Backend::kGloo) {
+    choose_gloo_listen(gloo_listen_inputs(args.store.get()), where(args.rank, args.size));
+  }
   check_members(*args.store, args.rank, args.size, args.options.timeout,
                 where(args.rank, args.size));
   std::optional<Placement> placement;
