@@ -14,10 +14,16 @@ failed=()
 for v in "${versions[@]}"; do
   args=("$@")
   if [ "$v" = 2.11 ] && [ -z "${DPX_TORCH:-}" ] && (($# == 0)); then
-    # Only what the unit tier runs: the GPU check builds the rest on the GPU machine, and CI's
-    # time goes to the two LibTorch versions that run every tier.
-    bash scripts/build.sh "$v" dpx_unit_tests
-    args=(-L unit)
+    # The unit tier and the programs users run (the GPU check builds the rest on the GPU
+    # machine; CI's time goes to the two LibTorch versions that run every tier). The CTest
+    # filesystem_imports reads every binary, so it is run here on those built: 2.11's libtorch.so
+    # is the one whose std::filesystem crashes (Note [LibTorch's std::filesystem]).
+    bash scripts/build.sh "$v" dpx_unit_tests dpx_pickle_fuzz dpxrun fashion_mnist
+    out="$(build_dir "$v")"
+    python3 scripts/check_filesystem_imports.py "$out"/libdpx.so \
+      "$out/tools/dpxrun/dpxrun" "$out/examples/fashion_mnist/fashion_mnist" \
+      "$out/tests/dpx_unit_tests" "$out/tests/dpx_pickle_fuzz" || failed+=("$v")
+    args=(-L unit -E '^filesystem_imports$')
     echo "test: LibTorch $v ($(build_dir "$v")/): the unit tier (DPX_TORCH=2.11 runs every tier)"
   else
     bash scripts/build.sh "$v"
