@@ -1,0 +1,196 @@
+// fully_shard against PyTorch's own fully_shard (FSDP2) on CPU over gloo
+// (tests/python/fsdp_reference.py): the same initial model, data and optimizer; after 20 steps
+// every parameter and buffer of the full state dict agrees to 1e-12 in float64, and within a
+// stated tolerance in float32 and under mixed precision (where the sums' order differs). dpx runs its
+// ranks as threads over each of its host backends; PyTorch runs one process per rank.
+#include <torch/torch.h>
+
+#include <cstdlib>
+#include <map>
+
+#include "dpx/checkpoint/python_format.h"
+#include "dpx/dpx.h"
+#include "dpx/fsdp/fsdp_state_dict.h"
+#include "dpx/fsdp/fully_shard.h"
+#include "support/fsdp_models.h"
+#include "support/harness.h"
+#include "support/temp_dir.h"
+
+namespace dpx {
+namespace {
+
+constexpr int kSteps = 20;
+constexpr int64_t kPerRank = 3;
+
+// A Python whose PyTorch has fully_shard: the build's oracle, else the project's .venv (PyTorch
+// 2.15, which scripts/setup.sh installs for every build): LibTorch 1.13's Python has no FSDP2,
+// and the files exchanged are torch.save's, the same for both.
+std::string fsdp_python() {
+  for (const std::string python : {std::string(DPX_PYTHON),
+                                   std::string(DPX_SOURCE_DIR "/.venv/bin/python")}) {
+    const auto probe =
+        python + " -c 'from torch.distributed.fsdp import fully_shard' >/dev/null 2>&1";
+    if (std::system(probe.c_str()) == 0) return python;
+  }
+  return "";
+}
+
+struct Case {
+  int world;
+  std::string optimizer;  // "sgd" or "adamw", with fsdp_reference.py's hyperparameters
+  bool tied;
+  torch::Dtype dtype = torch::kDouble;  // the parameters'
+  MixedPrecisionPolicy policy;
+  double atol = 1e-12;
+};
+
+std::string dtype_name(std::optional<at::ScalarType> dtype) {
+  if (!dtype) return "none";
+  switch (*dtype) {
+    case at::kDouble: return "float64";
+    case at::kFloat: return "float32";
+    case at::kBFloat16: return "bfloat16";
+    case at::kHalf: return "float16";
+    default: throw std::invalid_argument("no Python name for this dtype in the test");
+  }
+}
+
+std::unique_ptr<torch::optim::Optimizer> make_optimizer(const Case& c,
+                                                        std::vector<torch::Tensor> params) {
+  if (c.optimizer == "sgd") {
+    return std::make_unique<torch::optim::SGD>(params,
+                                               torch::optim::SGDOptions(0.05).momentum(0.9));
+  }
+  return std::make_unique<torch::optim::AdamW>(params,
+                                               torch::optim::AdamWOptions(1e-2).weight_decay(0.1));
+}
+
+// Each parameter once (a tied one has two names), as Python's module.parameters() lists them.
+std::vector<torch::Tensor> unique_parameters(torch::nn::Module& m) {
+  std::vector<torch::Tensor> out;
+  for (const auto& p : m.parameters()) {
+    bool seen = false;
+    for (const auto& q : out) seen = seen || q.is_same(p);
+    if (!seen) out.push_back(p);
+  }
+  return out;
+}
+
+// Writes init.pt and data.pt, runs PyTorch's ranks, returns rank 0's final state by name.
+std::map<std::string, torch::Tensor> run_pytorch(const std::string& python, const Case& c,
+                                                 const test::TempDir& dir, const torch::Tensor& x,
+                                                 const torch::Tensor& y) {
+  auto init = test::make_shard_net(c.tied, c.dtype);
+  save_state_dict(*init, dir / "init.pt");
+  torch_save(c10::ivalue::Tuple::create({x, y}), dir / "data.pt");
+  const std::string cmd = "timeout 240 " + python + " " DPX_SOURCE_DIR
+                          "/tests/python/fsdp_reference.py " + dir.path() + " " +
+                          std::to_string(c.world) + " " + c.optimizer + " " +
+                          (c.tied ? "1" : "0") + " " + dtype_name(c.dtype) + " " +
+                          dtype_name(c.policy.param_dtype) + " " +
+                          dtype_name(c.policy.reduce_dtype) + " " +
+                          dtype_name(c.policy.output_dtype) + " > " + (dir / "python.log") +
+                          " 2>&1";
+  if (std::system(cmd.c_str()) != 0) {
+    ADD_FAILURE() << "PyTorch's fully_shard run failed:\n" << test::read_file(dir / "python.log");
+    return {};
+  }
+  std::map<std::string, torch::Tensor> out;
+  for (const auto& e : torch_load(dir / "final.pt").toGenericDict()) {
+    out[e.key().toStringRef()] = e.value().toTensor();
+  }
+  return out;
+}
+
+void expect_matches_pytorch(const Case& c) {
+  const auto python = fsdp_python();
+  if (python.empty()) GTEST_SKIP() << "SKIPPED: no Python with PyTorch's fully_shard";
+  // bfloat16 kernels change between releases (LibTorch 1.13's CPU ones drift 2e-2 from 2.15's
+  // in 20 steps): mixed precision is compared with PyTorch of the build's own version only.
+  if (c.policy.param_dtype && python != DPX_PYTHON) {
+    GTEST_SKIP() << "SKIPPED: LibTorch " DPX_TORCH_VERSION "'s Python has no fully_shard, and "
+                    "bfloat16 results differ between PyTorch versions";
+  }
+  torch::manual_seed(3);
+  const auto x = torch::randn({kSteps, c.world * kPerRank, 6}, c.dtype);
+  const auto y = torch::randn({kSteps, c.world * kPerRank, c.tied ? 6 : 4}, c.dtype);
+  test::TempDir dir;
+  const auto want = run_pytorch(python, c, dir, x, y);
+  ASSERT_FALSE(want.empty());
+  for (const auto& backend : test::host_backends()) {
+    SCOPED_TRACE(backend + ", world " + std::to_string(c.world));
+    auto store = Store::hash();
+    auto errors = test::run_threads(c.world, [&](int rank) {
+      auto pg = new_process_group(backend, store, rank, c.world);
+      auto net = test::make_shard_net(c.tied, c.dtype);
+      FullyShardOptions options;  // output_dtype for the root only, as fsdp_reference.py
+      options.mp_policy = c.policy;
+      options.mp_policy.output_dtype.reset();
+      for (auto& b : net->blocks) fully_shard(b, pg, options);
+      options.mp_policy.output_dtype = c.policy.output_dtype;
+      auto model = fully_shard(net, pg, options);
+      auto opt = make_optimizer(c, unique_parameters(*net));
+      for (int s = 0; s < kSteps; ++s) {
+        opt->zero_grad();
+        auto mine = [&](const torch::Tensor& t) { return t[s].narrow(0, rank * kPerRank, kPerRank); };
+        torch::mse_loss(model(mine(x)).to(c.dtype), mine(y)).backward();
+        opt->step();
+      }
+      const auto got = full_state_dict(*net);
+      if (rank != 0) return;
+      ASSERT_EQ(got.size(), want.size());
+      for (const auto& [name, tensor] : got) {
+        ASSERT_TRUE(want.count(name)) << name << " is not in PyTorch's state dict";
+        const auto& theirs = want.at(name);
+        ASSERT_EQ(tensor.sizes(), theirs.sizes()) << name;
+        EXPECT_TRUE(torch::allclose(tensor, theirs, 0, c.atol))
+            << name << " differs from PyTorch's by "
+            << (tensor - theirs).abs().max().item<double>();
+      }
+    });
+    for (int r = 0; r < c.world; ++r) EXPECT_EQ(errors[r], "") << "rank " << r;
+  }
+}
+
+// Uneven shards on 3 ranks (13, 3 and 8 rows), a frozen bias, the root's own parameters and a
+// buffer; SGD with momentum.
+TEST(FsdpPython, SgdMatchesPyTorchsFullyShardOnThreeRanks) {
+  expect_matches_pytorch({3, "sgd", false});
+}
+
+// A parameter under two names in the root unit, stepped once per step; AdamW's state.
+TEST(FsdpPython, AdamWWithATiedParameterMatchesPyTorchsFullyShard) {
+  expect_matches_pytorch({2, "adamw", true});
+}
+
+// float32: the gradients' average differs from PyTorch's in the last bits on 3 ranks (dpx
+// averages float32 in the collective; FSDP2 on gloo divides before and after the sum).
+TEST(FsdpPython, Float32MatchesPyTorchsFullyShardWithinRounding) {
+  expect_matches_pytorch({3, "sgd", false, torch::kFloat, {}, 1e-5});
+}
+
+// Under bfloat16 compute the LibTorch and the Python runs drift apart by up to ~1.5e-3 in 20
+// steps, though each matches its own unsharded bfloat16 model step for step at 1 rank exactly
+// (checked by hand; the source of the drift between the two was not traced): the tolerance is
+// 1e-2, about bfloat16's epsilon (7.8e-3).
+
+// MixedPrecisionPolicy(param_dtype=bfloat16, reduce_dtype=float32, output_dtype=float32 on the
+// root): bfloat16 compute on float32 shards, inputs cast at each unit, the output cast back.
+TEST(FsdpPython, MixedPrecisionPolicyMatchesPyTorchs) {
+  MixedPrecisionPolicy policy;
+  policy.param_dtype = at::kBFloat16;
+  policy.reduce_dtype = at::kFloat;
+  policy.output_dtype = at::kFloat;
+  expect_matches_pytorch({2, "adamw", false, torch::kFloat, policy, 1e-2});
+}
+
+// reduce_dtype=bfloat16: gradients reduce-scattered in bfloat16, then stepped in float32.
+TEST(FsdpPython, BFloat16ReductionMatchesPyTorchs) {
+  MixedPrecisionPolicy policy;
+  policy.param_dtype = at::kBFloat16;
+  policy.reduce_dtype = at::kBFloat16;
+  expect_matches_pytorch({2, "sgd", false, torch::kFloat, policy, 1e-2});
+}
+
+}  // namespace
+}  // namespace dpx
