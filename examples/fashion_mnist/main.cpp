@@ -1,5 +1,6 @@
 // Fashion-MNIST on every rank of a job with DistributedDataParallel: the main job of dpx.
 // Run under a launcher:  dpxrun --nproc-per-node 2 build/examples/fashion_mnist/fashion_mnist
+// With --sharding full the model is sharded with dpx::fully_shard (FSDP) instead of replicated.
 // It resumes from the newest checkpoint in --checkpoint-dir (so a restarted job continues),
 // shows a progress bar on rank 0 and appends metrics as JSON lines (scripts/plot_metrics.sh).
 #include <torch/torch.h>
@@ -31,6 +32,7 @@ struct Flags {
   int64_t train_limit = -1;  // use only the first N training and N/6 test images (smoke tests)
   std::string device = "cpu";  // or "cuda": GPU LOCAL_RANK (one per worker)
   int64_t report_every = 100;  // steps between DDP step reports in the metrics file
+  std::string sharding = "none";  // none: a DDP replica per rank; full: fully_shard (FSDP)
 };
 
 // Checks with messages that say what was expected (CLI11's own number checks print the range up
@@ -71,6 +73,9 @@ void add_flags(CLI::App& app, Flags& f) {
       ->check(integer_at_least(-1));
   app.add_option("--device", f.device, "cpu (default) or cuda: GPU LOCAL_RANK, one per worker")
       ->check(CLI::IsMember({"cpu", "cuda"}));
+  app.add_option("--sharding", f.sharding, "none (default: DDP, every rank a replica) or full "
+                 "(fully_shard: every rank 1/N of each layer and of Adam's state)")
+      ->check(CLI::IsMember({"none", "full"}));
   app.add_option("--report-every", f.report_every, "steps between DDP step reports (metrics)")
       ->check(integer_at_least(1));
 }
@@ -80,7 +85,8 @@ void append_metrics(std::ofstream& out, const nlohmann::ordered_json& record) {
   out << record.dump() << std::endl;
 }
 
-// conv 32 -> pool -> conv 64 -> pool -> fc 128 -> fc 10
+// conv 32 -> pool -> conv 64 -> pool -> fc 128 -> fc 10. Each layer is held as an FSDPModule: a
+// plain module under DDP, a unit that --sharding full can shard.
 struct NetImpl : torch::nn::Module {
   NetImpl()
       : conv1(register_module("conv1", torch::nn::Conv2d(torch::nn::Conv2dOptions(1, 32, 3).padding(1)))),
@@ -92,8 +98,8 @@ struct NetImpl : torch::nn::Module {
     x = torch::max_pool2d(torch::relu(conv2(x)), 2);
     return fc2(torch::relu(fc1(x.flatten(1))));
   }
-  torch::nn::Conv2d conv1, conv2;
-  torch::nn::Linear fc1, fc2;
+  dpx::FSDPModule<torch::nn::Conv2dImpl> conv1, conv2;
+  dpx::FSDPModule<torch::nn::LinearImpl> fc1, fc2;
 };
 TORCH_MODULE(Net);
 
@@ -114,32 +120,6 @@ void progress_bar(int64_t epoch, int64_t epochs, int64_t done, int64_t total, do
   if (!isatty(2) || done == total) std::fprintf(stderr, "\n");
 }
 
-// Test loss and accuracy over the first n test images: each rank takes its shard (without the
-// sampler's padding, so nothing counts twice) and the sums are all-reduced.
-std::pair<double, double> evaluate(Net& net, const dpx::FashionMNIST& test, dpx::ProcessGroup& pg,
-                                   int64_t n) {
-  torch::NoGradGuard no_grad;
-  net->eval();
-  std::vector<int64_t> mine;
-  for (int64_t i = pg.rank(); i < n; i += pg.size()) mine.push_back(i);  // = the sampler's shard
-  auto index = torch::tensor(mine, torch::kInt64);
-  const auto device = pg.options().device;
-  // loss, correct, count; on the group's device, which all-reduces them
-  auto sums = torch::zeros({3}, torch::TensorOptions(torch::kFloat64).device(device));
-  for (const auto& chunk : index.split(1000)) {
-    auto x = ((test.images().index_select(0, chunk) - 0.2860) / 0.3530).to(device);
-    auto y = test.targets().index_select(0, chunk).to(device);
-    auto out = net->forward(x);
-    sums[0] += torch::nn::functional::cross_entropy(out, y, torch::nn::functional::CrossEntropyFuncOptions().reduction(torch::kSum)).item<double>();
-    sums[1] += out.argmax(1).eq(y).sum().item<double>();
-    sums[2] += static_cast<double>(chunk.numel());
-  }
-  pg.allreduce(sums)->wait();
-  net->train();
-  return {sums[0].item<double>() / sums[2].item<double>(),
-          sums[1].item<double>() / sums[2].item<double>()};
-}
-
 // The data sets, and this rank's sampler over the training set. --train-limit shrinks both
 // without a copy: the sampler draws from the first train_size images only, evaluation reads the
 // first test_size.
@@ -157,11 +137,82 @@ struct Data {
   dpx::DistributedSampler sampler;
 };
 
+// The model as this rank trains it (--sharding): a DDP replica of net, or net sharded by
+// fully_shard with its layers as the units; and its checkpoints: the whole model, or every rank
+// its shards (which resume on any number of ranks).
+class Model {
+ public:
+  Model(Net net, std::shared_ptr<dpx::ProcessGroup> pg, const Flags& flags, torch::Device device)
+      : net_(net) {
+    if (flags.sharding == "full") {
+      for (auto* unit : {&net->conv1, &net->conv2}) dpx::fully_shard(*unit, pg);
+      for (auto* unit : {&net->fc1, &net->fc2}) dpx::fully_shard(*unit, pg);
+      sharded_ = dpx::fully_shard(net, pg);
+      sharded_checkpoints_.emplace(
+          dpx::ShardedCheckpointerOptions{.directory = flags.checkpoint_dir}, pg);
+    } else {
+      ddp_ = dpx::DistributedDataParallel(net, pg);
+      checkpoints_.emplace(
+          dpx::CheckpointerOptions{.directory = flags.checkpoint_dir, .map_location = device}, pg);
+    }
+  }
+  torch::Tensor forward(const torch::Tensor& x) { return ddp_ ? ddp_->forward(x) : sharded_(x); }
+  // DDP's step statistics; null under fully_shard.
+  const dpx::DistributedDataParallel<NetImpl>& ddp() const { return ddp_; }
+
+  std::optional<dpx::TrainingProgress> load_latest(torch::optim::Optimizer& optimizer) {
+    return checkpoints_ ? checkpoints_->load_latest(*net_, optimizer)
+                        : sharded_checkpoints_->load_latest(*net_, optimizer);
+  }
+  void save(const torch::optim::Optimizer& optimizer, const dpx::TrainingProgress& progress) {
+    checkpoints_ ? checkpoints_->save(*net_, optimizer, progress)
+                 : sharded_checkpoints_->save(*net_, optimizer, progress);
+  }
+  // The whole trained model in torch.save's form, written by rank 0 (collective when sharded).
+  void save_for_python(const std::string& path, bool lead) {
+    if (sharded_) return dpx::save_full_state_dict(*net_, path);
+    if (lead) dpx::save_state_dict(*net_, path);
+  }
+
+ private:
+  Net net_;
+  dpx::DistributedDataParallel<NetImpl> ddp_{nullptr};
+  dpx::FSDPModule<NetImpl> sharded_{nullptr};
+  std::optional<dpx::Checkpointer> checkpoints_;
+  std::optional<dpx::ShardedCheckpointer> sharded_checkpoints_;
+};
+
+// Test loss and accuracy over the first n test images: each rank takes its shard (without the
+// sampler's padding, so nothing counts twice) and the sums are all-reduced.
+std::pair<double, double> evaluate(Model& model, Net& net, const dpx::FashionMNIST& test,
+                                   dpx::ProcessGroup& pg, int64_t n) {
+  torch::NoGradGuard no_grad;
+  net->eval();
+  std::vector<int64_t> mine;
+  for (int64_t i = pg.rank(); i < n; i += pg.size()) mine.push_back(i);  // = the sampler's shard
+  auto index = torch::tensor(mine, torch::kInt64);
+  const auto device = pg.options().device;
+  // loss, correct, count; on the group's device, which all-reduces them
+  auto sums = torch::zeros({3}, torch::TensorOptions(torch::kFloat64).device(device));
+  for (const auto& chunk : index.split(1000)) {
+    auto x = ((test.images().index_select(0, chunk) - 0.2860) / 0.3530).to(device);
+    auto y = test.targets().index_select(0, chunk).to(device);
+    auto out = model.forward(x);
+    sums[0] += torch::nn::functional::cross_entropy(out, y, torch::nn::functional::CrossEntropyFuncOptions().reduction(torch::kSum)).item<double>();
+    sums[1] += out.argmax(1).eq(y).sum().item<double>();
+    sums[2] += static_cast<double>(chunk.numel());
+  }
+  pg.allreduce(sums)->wait();
+  net->train();
+  return {sums[0].item<double>() / sums[2].item<double>(),
+          sums[1].item<double>() / sums[2].item<double>()};
+}
+
 // Loads the newest checkpoint into the model and the optimizer, if there is one, and returns
 // where training resumes.
-dpx::TrainingProgress resume(dpx::Checkpointer& checkpointer, Net& net,
-                             torch::optim::Optimizer& optimizer, const Flags& flags, bool lead) {
-  auto resumed = checkpointer.load_latest(*net, optimizer);
+dpx::TrainingProgress resume(Model& model, torch::optim::Optimizer& optimizer,
+                             const Flags& flags, bool lead) {
+  auto resumed = model.load_latest(optimizer);
   if (!resumed) return {};
   if (lead) std::fprintf(stderr, "resumed from checkpoint at epoch %lld step %lld\n",
                          (long long)resumed->epoch + 1, (long long)resumed->step);
@@ -186,8 +237,8 @@ class Report {
   }
 
   // After each step: `seen` samples of this epoch so far on this rank; `last`, the step limit.
-  template <typename Ddp>
-  void step(int64_t epoch, int64_t step, int64_t seen, double loss, bool last, Ddp& ddp) {
+  void step(int64_t epoch, int64_t step, int64_t seen, double loss, bool last,
+            const dpx::DistributedDataParallel<NetImpl>& ddp) {
     loss_sum_ += loss;
     ++steps_;
     const double rate = steps_ * flags_.batch_size * world_ / (seconds() - epoch_start_);
@@ -198,7 +249,7 @@ class Report {
                                 {"loss", loss_sum_ / steps_}, {"samples_per_s", rate},
                                 {"elapsed_s", seconds()}});
     }
-    if (lead_ && step % flags_.report_every == 0) {
+    if (lead_ && ddp && step % flags_.report_every == 0) {
       const auto stats = nlohmann::ordered_json::parse(dpx::to_json(ddp->stats()));
       append_metrics(metrics_, {{"type", "ddp"}, {"step", step}, {"stats", stats}});
     }
@@ -242,10 +293,9 @@ int run(const Flags& flags) {
                                               torch::data::DataLoaderOptions(flags.batch_size));
   Net net;
   net->to(device);
+  Model model(net, pg, flags, device);  // after sharding, parameters() are this rank's shards
   torch::optim::Adam optimizer(net->parameters(), torch::optim::AdamOptions(flags.lr));
-  dpx::Checkpointer checkpointer({.directory = flags.checkpoint_dir, .map_location = device}, pg);
-  dpx::TrainingProgress progress = resume(checkpointer, net, optimizer, flags, pg->rank() == 0);
-  dpx::DistributedDataParallel ddp(net, pg);
+  dpx::TrainingProgress progress = resume(model, optimizer, flags, pg->rank() == 0);
   Report report(flags, *pg, data.sampler);
 
   auto step_limit_reached = [&] { return flags.max_steps >= 0 && progress.step >= flags.max_steps; };
@@ -255,7 +305,7 @@ int run(const Flags& flags) {
     report.start_epoch();
     for (auto& batch : *loader) {
       optimizer.zero_grad();
-      auto loss = torch::nn::functional::cross_entropy(ddp->forward(batch.data.to(device)),
+      auto loss = torch::nn::functional::cross_entropy(model.forward(batch.data.to(device)),
                                                        batch.target.to(device));
       loss.backward();
       {
@@ -264,20 +314,21 @@ int run(const Flags& flags) {
       }
       seen += batch.data.size(0);
       ++progress.step;
-      report.step(epoch, progress.step, seen, loss.item<double>(), step_limit_reached(), ddp);
+      report.step(epoch, progress.step, seen, loss.item<double>(), step_limit_reached(),
+                  model.ddp());
       if (progress.step % flags.checkpoint_every == 0) {
-        checkpointer.save(*net, optimizer, {epoch, progress.step, seen});
+        model.save(optimizer, {epoch, progress.step, seen});
       }
       if (step_limit_reached()) break;
     }
-    const auto [test_loss, accuracy] = evaluate(net, data.test, *pg, data.test_size);
+    const auto [test_loss, accuracy] = evaluate(model, net, data.test, *pg, data.test_size);
     const bool epoch_done = seen >= static_cast<int64_t>(data.sampler.num_samples());
-    checkpointer.save(*net, optimizer, epoch_done ? dpx::TrainingProgress{epoch + 1, progress.step, 0}
-                                                  : dpx::TrainingProgress{epoch, progress.step, seen});
+    model.save(optimizer, epoch_done ? dpx::TrainingProgress{epoch + 1, progress.step, 0}
+                                     : dpx::TrainingProgress{epoch, progress.step, seen});
     report.evaluated(epoch, progress.step, test_loss, accuracy);
   }
   // The trained model for Python: torch.load("<checkpoint-dir>/model.pt", weights_only=True).
-  if (pg->rank() == 0) dpx::save_state_dict(*net, flags.checkpoint_dir + "/model.pt");
+  model.save_for_python(flags.checkpoint_dir + "/model.pt", pg->rank() == 0);
   return 0;
 }
 

@@ -125,8 +125,11 @@ TEST(FsdpParity, ScheduleOptionsKeepTheResult) {
   const auto baseline = expect_parity("shm", kWorld, false, sgd);
   FullyShardOptions keep;
   keep.reshard_after_forward = false;
-  EXPECT_LT(expect_parity("shm", kWorld, false, sgd, keep), baseline)
-      << "reshard_after_forward=false: backward all-gathers nothing";
+  const auto kept = expect_parity("shm", kWorld, false, sgd, keep);
+  EXPECT_LT(kept, baseline) << "reshard_after_forward=false: backward all-gathers nothing";
+  EXPECT_EQ(expect_parity("shm", kWorld, false, sgd, {}, [](auto& model) {
+              model.fsdp().set_reshard_after_forward(false);  // every unit: recurse is true
+            }), kept) << "set_reshard_after_forward(false) after wrapping acts as the option";
   FullyShardOptions no_prefetch;
   no_prefetch.forward_prefetch = no_prefetch.backward_prefetch = false;
   EXPECT_EQ(expect_parity("shm", kWorld, false, sgd, no_prefetch), baseline);

@@ -26,3 +26,13 @@ if(TARGET fashion_mnist AND TARGET dpxrun)
   set_tests_properties(example.fashion_mnist_timeline PROPERTIES LABELS "example" TIMEOUT 300
     SKIP_REGULAR_EXPRESSION "SKIPPED")
 endif()
+
+# --sharding full: fully_shard trains the same model as DDP, and resumes from its sharded
+# checkpoint.
+if(TARGET fashion_mnist AND TARGET dpxrun)
+  add_test(NAME example.fashion_mnist_sharded
+    COMMAND bash ${CMAKE_CURRENT_LIST_DIR}/example/sharded.sh $<TARGET_FILE:dpxrun>
+            $<TARGET_FILE:fashion_mnist> ${PROJECT_BINARY_DIR}/example_sharded)
+  set_tests_properties(example.fashion_mnist_sharded PROPERTIES LABELS "example" TIMEOUT 300
+    SKIP_REGULAR_EXPRESSION "SKIPPED" ENVIRONMENT "DPX_PYTHON=${DPX_PYTHON}")
+endif()
