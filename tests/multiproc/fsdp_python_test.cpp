@@ -37,7 +37,7 @@ std::string fsdp_python() {
 
 struct Case {
   int world;
-  std::string optimizer;  // "sgd" or "adamw", with fsdp_reference.py's hyperparameters
+  std::string optimizer;  // "sgd" or "adamw": test::sgd, test::adamw (fsdp_reference.py's)
   bool tied;
   torch::Dtype dtype = torch::kDouble;  // the parameters'
   MixedPrecisionPolicy policy;
@@ -55,26 +55,6 @@ std::string dtype_name(std::optional<at::ScalarType> dtype) {
   }
 }
 
-std::unique_ptr<torch::optim::Optimizer> make_optimizer(const Case& c,
-                                                        std::vector<torch::Tensor> params) {
-  if (c.optimizer == "sgd") {
-    return std::make_unique<torch::optim::SGD>(params,
-                                               torch::optim::SGDOptions(0.05).momentum(0.9));
-  }
-  return std::make_unique<torch::optim::AdamW>(params,
-                                               torch::optim::AdamWOptions(1e-2).weight_decay(0.1));
-}
-
-// Each parameter once (a tied one has two names), as Python's module.parameters() lists them.
-std::vector<torch::Tensor> unique_parameters(torch::nn::Module& m) {
-  std::vector<torch::Tensor> out;
-  for (const auto& p : m.parameters()) {
-    bool seen = false;
-    for (const auto& q : out) seen = seen || q.is_same(p);
-    if (!seen) out.push_back(p);
-  }
-  return out;
-}
 
 // Writes init.pt and data.pt, runs PyTorch's ranks, returns rank 0's final state by name.
 std::map<std::string, torch::Tensor> run_pytorch(const std::string& python, const Case& c,
@@ -129,7 +109,8 @@ void expect_matches_pytorch(const Case& c) {
       for (auto& b : net->blocks) fully_shard(b, pg, options);
       options.mp_policy.output_dtype = c.policy.output_dtype;
       auto model = fully_shard(net, pg, options);
-      auto opt = make_optimizer(c, unique_parameters(*net));
+      auto params = test::unique_parameters(*net);
+      auto opt = c.optimizer == "sgd" ? test::sgd(params) : test::adamw(params);
       for (int s = 0; s < kSteps; ++s) {
         opt->zero_grad();
         auto mine = [&](const torch::Tensor& t) { return t[s].narrow(0, rank * kPerRank, kPerRank); };

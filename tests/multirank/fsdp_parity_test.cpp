@@ -32,30 +32,12 @@ Data make_data(int world, int64_t out_features) {
 using MakeOptimizer =
     std::function<std::unique_ptr<torch::optim::Optimizer>(std::vector<torch::Tensor>)>;
 
-std::unique_ptr<torch::optim::Optimizer> sgd(std::vector<torch::Tensor> params) {
-  return std::make_unique<torch::optim::SGD>(params, torch::optim::SGDOptions(0.05).momentum(0.9));
-}
-std::unique_ptr<torch::optim::Optimizer> adamw(std::vector<torch::Tensor> params) {
-  return std::make_unique<torch::optim::AdamW>(params,
-                                               torch::optim::AdamWOptions(1e-2).weight_decay(0.1));
-}
-
-// Each parameter once (a tied one has two names), as Python's module.parameters() lists them.
-std::vector<torch::Tensor> unique_parameters(torch::nn::Module& m) {
-  std::vector<torch::Tensor> out;
-  for (const auto& p : m.parameters()) {
-    bool seen = false;
-    for (const auto& q : out) seen = seen || q.is_same(p);
-    if (!seen) out.push_back(p);
-  }
-  return out;
-}
 
 std::vector<std::pair<std::string, torch::Tensor>> train_one_process(bool tied, int world,
                                                                      const Data& data,
                                                                      const MakeOptimizer& make) {
   auto net = test::make_shard_net(tied);
-  auto opt = make(unique_parameters(*net));
+  auto opt = make(test::unique_parameters(*net));
   for (int s = 0; s < kSteps; ++s) {
     opt->zero_grad();
     torch::mse_loss(net->forward(data.x[s]), data.y[s]).backward();
@@ -80,7 +62,7 @@ std::uint64_t expect_parity(const std::string& backend, int world, bool tied,
     auto net = test::make_shard_net(tied);
     auto model = test::shard(net, pg, options);
     if (setup) setup(model);
-    auto opt = make(unique_parameters(*net));
+    auto opt = make(test::unique_parameters(*net));
     const auto before = pg->collectives_issued();
     for (int s = 0; s < kSteps; ++s) {
       opt->zero_grad();
@@ -110,30 +92,30 @@ std::uint64_t expect_parity(const std::string& backend, int world, bool tied,
 
 TEST(FsdpParity, SgdMatchesOneProcessOnTheWholeBatch) {
   for (const std::string backend : {"shm", "gloo"}) {
-    for (int world : {2, 3, 4}) expect_parity(backend, world, /*tied=*/false, sgd);
+    for (int world : {2, 3, 4}) expect_parity(backend, world, /*tied=*/false, test::sgd);
   }
 }
 
 TEST(FsdpParity, AdamWWithATiedParameter) {
-  for (int world : {2, 3}) expect_parity("shm", world, /*tied=*/true, adamw);
+  for (int world : {2, 3}) expect_parity("shm", world, /*tied=*/true, test::adamw);
 }
 
 // The schedule options change when parameters are gathered, never the result; the collectives
 // counted on rank 0 show each option took effect.
 TEST(FsdpParity, ScheduleOptionsKeepTheResult) {
   constexpr int kWorld = 3;
-  const auto baseline = expect_parity("shm", kWorld, false, sgd);
+  const auto baseline = expect_parity("shm", kWorld, false, test::sgd);
   FullyShardOptions keep;
   keep.reshard_after_forward = false;
-  const auto kept = expect_parity("shm", kWorld, false, sgd, keep);
+  const auto kept = expect_parity("shm", kWorld, false, test::sgd, keep);
   EXPECT_LT(kept, baseline) << "reshard_after_forward=false: backward all-gathers nothing";
-  EXPECT_EQ(expect_parity("shm", kWorld, false, sgd, {}, [](auto& model) {
+  EXPECT_EQ(expect_parity("shm", kWorld, false, test::sgd, {}, [](auto& model) {
               model.fsdp().set_reshard_after_forward(false);  // every unit: recurse is true
             }), kept) << "set_reshard_after_forward(false) after wrapping acts as the option";
   FullyShardOptions no_prefetch;
   no_prefetch.forward_prefetch = no_prefetch.backward_prefetch = false;
-  EXPECT_EQ(expect_parity("shm", kWorld, false, sgd, no_prefetch), baseline);
-  EXPECT_EQ(expect_parity("shm", kWorld, false, sgd, {}, [](auto& model) {
+  EXPECT_EQ(expect_parity("shm", kWorld, false, test::sgd, no_prefetch), baseline);
+  EXPECT_EQ(expect_parity("shm", kWorld, false, test::sgd, {}, [](auto& model) {
               model.fsdp().unshard();  // before training: the first forward gathers nothing
               model.fsdp().reshard();
             }), baseline);

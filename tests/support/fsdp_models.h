@@ -77,4 +77,24 @@ inline std::vector<std::pair<std::string, torch::Tensor>> named_state(torch::nn:
   return out;
 }
 
+// Each parameter once (a tied one has two names), as Python's module.parameters() lists them.
+inline std::vector<torch::Tensor> unique_parameters(torch::nn::Module& m) {
+  std::vector<torch::Tensor> out;
+  for (const auto& p : m.parameters()) {
+    bool seen = false;
+    for (const auto& q : out) seen = seen || q.is_same(p);
+    if (!seen) out.push_back(p);
+  }
+  return out;
+}
+
+// The optimizers of the parity tests (tests/python/fsdp_reference.py uses the same).
+inline std::unique_ptr<torch::optim::Optimizer> sgd(std::vector<torch::Tensor> params) {
+  return std::make_unique<torch::optim::SGD>(params, torch::optim::SGDOptions(0.05).momentum(0.9));
+}
+inline std::unique_ptr<torch::optim::Optimizer> adamw(std::vector<torch::Tensor> params) {
+  return std::make_unique<torch::optim::AdamW>(params,
+                                               torch::optim::AdamWOptions(1e-2).weight_decay(0.1));
+}
+
 }  // namespace dpx::test
