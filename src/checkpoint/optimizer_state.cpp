@@ -13,6 +13,13 @@ using Dict = c10::impl::GenericDict;
 
 Dict new_dict() { return Dict(c10::AnyType::get(), c10::AnyType::get()); }
 
+// A hyper-parameter as Python wrote it: a float, an int (SGD's defaults dampening=0 and
+// weight_decay=0 are ints) or a 0-dim tensor (a tensor lr).
+double number(const c10::IValue& v) {
+  if (v.isTensor()) return v.toTensor().item<double>();
+  return v.toScalar().toDouble();
+}
+
 // Hyper-parameters as Python names them; the flags LibTorch lacks get Python's defaults.
 template <class Options>
 void adam_options(Dict& g, const Options& o) {
@@ -29,11 +36,11 @@ void adam_options(Dict& g, const Options& o) {
 
 template <class Options>
 void set_adam_options(Options& o, const Dict& g) {
-  o.lr(g.at("lr").toDouble());
+  o.lr(number(g.at("lr")));
   const auto betas = g.at("betas").toTupleRef().elements();
-  o.betas({betas.at(0).toDouble(), betas.at(1).toDouble()});
-  o.eps(g.at("eps").toDouble());
-  o.weight_decay(g.at("weight_decay").toDouble());
+  o.betas({number(betas.at(0)), number(betas.at(1))});
+  o.eps(number(g.at("eps")));
+  o.weight_decay(number(g.at("weight_decay")));
   o.amsgrad(g.at("amsgrad").toBool());
 }
 
@@ -138,8 +145,8 @@ void load_optimizer_state_dict(torch::optim::Optimizer& optimizer, const c10::IV
                 indices.size(), " parameters in the checkpoint, ", group.params().size(), " here");
     if (kind == Kind::kSgd) {
       auto& o = static_cast<torch::optim::SGDOptions&>(group.options());
-      o.lr(g.at("lr").toDouble()).momentum(g.at("momentum").toDouble());
-      o.dampening(g.at("dampening").toDouble()).weight_decay(g.at("weight_decay").toDouble());
+      o.lr(number(g.at("lr"))).momentum(number(g.at("momentum")));
+      o.dampening(number(g.at("dampening"))).weight_decay(number(g.at("weight_decay")));
       o.nesterov(g.at("nesterov").toBool());
     } else if (kind == Kind::kAdam) {
       set_adam_options(static_cast<torch::optim::AdamOptions&>(group.options()), g);

@@ -118,7 +118,7 @@ std::vector<ParameterShard> parameter_shards(const torch::nn::Module& module) {
     }
     check_between_iterations(s->second, item.key());
     out.push_back({item.key(), item.value(), s->second.param->full_sizes().vec(),
-                   s->second.param->row_offset()});
+                   s->second.param->row_offset(), /*sharded=*/true});
   }
   return out;
 }

@@ -1,6 +1,7 @@
 // fully_shard against PyTorch's own fully_shard (FSDP2) on CPU over gloo
 // (tests/python/fsdp_reference.py): the same initial model, data and optimizer; after 20 steps
-// every parameter and buffer of the full state dict agrees to 1e-12 in float64, and within a
+// every parameter and buffer of the full state dict, and the full optimizer state dict
+// (get_optimizer_state_dict(full_state_dict=True)), agree to 1e-12 in float64, and within a
 // stated tolerance in float32 and under mixed precision (where the sums' order differs). dpx runs its
 // ranks as threads over each of its host backends; PyTorch runs one process per rank.
 #include <torch/torch.h>
@@ -56,8 +57,13 @@ std::string dtype_name(std::optional<at::ScalarType> dtype) {
 }
 
 
-// Writes init.pt and data.pt, runs PyTorch's ranks, returns rank 0's final state by name.
-std::map<std::string, torch::Tensor> run_pytorch(const std::string& python, const Case& c,
+struct PyTorchResult {
+  std::map<std::string, torch::Tensor> model;  // the full state dict, by name
+  c10::IValue optimizer;  // get_optimizer_state_dict(full_state_dict=True)
+};
+
+// Writes init.pt and data.pt, runs PyTorch's ranks, returns rank 0's final state.
+PyTorchResult run_pytorch(const std::string& python, const Case& c,
                                                  const test::TempDir& dir, const torch::Tensor& x,
                                                  const torch::Tensor& y) {
   auto init = test::make_shard_net(c.tied, c.dtype);
@@ -75,11 +81,45 @@ std::map<std::string, torch::Tensor> run_pytorch(const std::string& python, cons
     ADD_FAILURE() << "PyTorch's fully_shard run failed:\n" << test::read_file(dir / "python.log");
     return {};
   }
-  std::map<std::string, torch::Tensor> out;
+  PyTorchResult out;
   for (const auto& e : torch_load(dir / "final.pt").toGenericDict()) {
-    out[e.key().toStringRef()] = e.value().toTensor();
+    out.model[e.key().toStringRef()] = e.value().toTensor();
   }
+  out.optimizer = torch_load(dir / "final_optim.pt");
   return out;
+}
+
+// dpx's full_optimizer_state_dict against FSDP2's: the same parameter names with the same state
+// (tensors within tol, relative and absolute), and the same names in each param group.
+void expect_same_optimizer_state(const c10::IValue& ours, const c10::IValue& theirs, double tol) {
+  const auto our_state = ours.toGenericDict().at("state").toGenericDict();
+  const auto their_state = theirs.toGenericDict().at("state").toGenericDict();
+  EXPECT_EQ(our_state.size(), their_state.size());
+  for (const auto& kv : their_state) {
+    const auto& name = kv.key().toStringRef();
+    ASSERT_TRUE(our_state.contains(name)) << "no optimizer state for " << name;
+    const auto mine = our_state.at(name).toGenericDict();
+    for (const auto& e : kv.value().toGenericDict()) {
+      const auto& key = e.key().toStringRef();
+      ASSERT_TRUE(mine.contains(key)) << name << " has no " << key;
+      const auto a = mine.at(key).toTensor(), b = e.value().toTensor();
+      ASSERT_EQ(a.sizes(), b.sizes()) << name << "." << key;
+      EXPECT_TRUE(torch::allclose(a.to(torch::kDouble), b.to(torch::kDouble), tol, tol))
+          << name << "." << key << " differs from PyTorch's by "
+          << (a.to(torch::kDouble) - b.to(torch::kDouble)).abs().max().item<double>();
+    }
+  }
+  const auto our_groups = ours.toGenericDict().at("param_groups").toListRef();
+  const auto their_groups = theirs.toGenericDict().at("param_groups").toListRef();
+  ASSERT_EQ(our_groups.size(), their_groups.size());
+  for (size_t i = 0; i < our_groups.size(); ++i) {
+    const auto names = [](const c10::IValue& group) {
+      std::vector<std::string> out;
+      for (const auto& n : group.toGenericDict().at("params").toListRef()) out.push_back(n.toStringRef());
+      return out;
+    };
+    EXPECT_EQ(names(our_groups[i]), names(their_groups[i])) << "param group " << i;
+  }
 }
 
 void expect_matches_pytorch(const Case& c) {
@@ -96,7 +136,7 @@ void expect_matches_pytorch(const Case& c) {
   const auto y = torch::randn({kSteps, c.world * kPerRank, c.tied ? 6 : 4}, c.dtype);
   test::TempDir dir;
   const auto want = run_pytorch(python, c, dir, x, y);
-  ASSERT_FALSE(want.empty());
+  ASSERT_FALSE(want.model.empty());
   for (const auto& backend : test::host_backends()) {
     SCOPED_TRACE(backend + ", world " + std::to_string(c.world));
     auto store = Store::hash();
@@ -117,12 +157,20 @@ void expect_matches_pytorch(const Case& c) {
         torch::mse_loss(model(mine(x)).to(c.dtype), mine(y)).backward();
         opt->step();
       }
+      // The collectives first, the checks after (a failed check ends only rank 0's thread).
       const auto got = full_state_dict(*net);
+      const auto optimizer = full_optimizer_state_dict(*net, *opt);
+      // PyTorch's optimizer state loaded into this rank's shards and gathered again.
+      load_full_optimizer_state_dict(*net, *opt, want.optimizer);
+      const auto reloaded = full_optimizer_state_dict(*net, *opt);
       if (rank != 0) return;
-      ASSERT_EQ(got.size(), want.size());
+      // Momentum buffers sum about ten steps' gradients (momentum 0.9): ten times the room.
+      expect_same_optimizer_state(optimizer, want.optimizer, 10 * c.atol);
+      expect_same_optimizer_state(reloaded, want.optimizer, 0);
+      ASSERT_EQ(got.size(), want.model.size());
       for (const auto& [name, tensor] : got) {
-        ASSERT_TRUE(want.count(name)) << name << " is not in PyTorch's state dict";
-        const auto& theirs = want.at(name);
+        ASSERT_TRUE(want.model.count(name)) << name << " is not in PyTorch's state dict";
+        const auto& theirs = want.model.at(name);
         ASSERT_EQ(tensor.sizes(), theirs.sizes()) << name;
         EXPECT_TRUE(torch::allclose(tensor, theirs, 0, c.atol))
             << name << " differs from PyTorch's by "

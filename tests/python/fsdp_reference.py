@@ -10,7 +10,8 @@ or 1; DTYPE (float64, float32) the parameters'; the last three are MixedPrecisio
 root's head float32 inputs against its bfloat16 weight, which PyTorch refuses. The loss compares the output, cast to y's dtype, with y.
 The model is tests/support/fsdp_models.h's ShardNet, by the same names. WORLD
 ranks, one process each, shard the blocks and then the root, train on their rows of each step
-and rank 0 writes the full state dict to DIR/final.pt. Exit status 0 only if every rank did.
+and rank 0 writes the full state dict to DIR/final.pt and the full optimizer state dict
+(get_optimizer_state_dict with full_state_dict=True) to DIR/final_optim.pt. Exit status 0 only if every rank did.
 """
 import os
 import subprocess
@@ -62,6 +63,7 @@ def dtype_of(name):
 
 
 def run_rank(rank, world, folder, optimizer, tied, dtype, policy):
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, get_optimizer_state_dict
     from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
     from torch.distributed.tensor import DTensor
 
@@ -87,8 +89,11 @@ def run_rank(rank, world, folder, optimizer, tied, dtype, policy):
         opt.step()
     full = {k: v.full_tensor() if isinstance(v, DTensor) else v
             for k, v in net.state_dict().items()}
+    optim = get_optimizer_state_dict(net, opt,
+                                     options=StateDictOptions(full_state_dict=True, cpu_offload=True))
     if rank == 0:
         torch.save(full, f"{folder}/final.pt")
+        torch.save(optim, f"{folder}/final_optim.pt")
     dist.destroy_process_group()
 
 

@@ -25,6 +25,7 @@
 // state is mapped for SGD, Adam and AdamW, as the Checkpointer's Python format maps it.
 #pragma once
 
+#include <ATen/core/ivalue.h>
 #include <torch/nn/module.h>
 #include <torch/optim/optimizer.h>
 
@@ -37,6 +38,7 @@
 #include "dpx/checkpoint/checkpoint_file.h"
 #include "dpx/checkpoint/checkpointer.h"
 #include "dpx/comm/process_group.h"
+#include "dpx/fsdp/fsdp_state_dict.h"
 
 namespace dpx {
 
@@ -47,6 +49,21 @@ void save_full_state_dict(const torch::nn::Module& module, const std::string& pa
 // Reads a full state dict file (saved by save_full_state_dict, dpx::save_state_dict or Python's
 // torch.save(model.state_dict())) into a sharded module: each rank keeps its rows.
 void load_full_state_dict(torch::nn::Module& module, const std::string& path);
+
+// The optimizer's state whole, as FSDP2's get_optimizer_state_dict(model, optimizer,
+// StateDictOptions(full_state_dict=True)) gives it: Python's optimizer.state_dict() layout keyed
+// by parameter names ({'state': {name: {...}}, 'param_groups': [{..., 'params': [names]}]}),
+// each state tensor shaped like a shard (exp_avg, momentum_buffer) gathered whole. SGD, Adam and
+// AdamW. Collective; with rank0_only the other ranks get an empty dict. dpx::torch_save writes it
+// for Python's torch.load; a gathered optimizer state is as large as the whole model's.
+c10::IValue full_optimizer_state_dict(const torch::nn::Module& module,
+                                      const torch::optim::Optimizer& optimizer,
+                                      const FullStateDictOptions& options = {});
+// Loads such a state (from full_optimizer_state_dict, or Python's FSDP2 or plain
+// optimizer.state_dict() rekeyed by names) into the optimizer of a sharded module on any number
+// of ranks: each rank keeps its rows. Not collective.
+void load_full_optimizer_state_dict(const torch::nn::Module& module,
+                                    torch::optim::Optimizer& optimizer, const c10::IValue& state);
 
 struct ShardedCheckpointerOptions {
   std::string directory;  // visible to every rank (one host, or a shared file system)

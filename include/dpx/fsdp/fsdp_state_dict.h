@@ -40,6 +40,7 @@ struct ParameterShard {
   at::Tensor param;  // the parameter itself (it holds the shard between iterations)
   std::vector<int64_t> full_sizes;
   int64_t row_offset = 0;
+  bool sharded = false;  // held by a unit (its rows may still be all of them, or none)
 };
 
 // The parameters of `module` with their shards, in named_parameters() order, each once.
