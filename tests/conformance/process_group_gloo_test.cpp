@@ -106,22 +106,24 @@ void expect_rank0_ok_rank1_killed(const std::vector<test::ProcResult>& results) 
   EXPECT_EQ(results[1].signal, SIGKILL) << results[1].output;
 }
 
-TEST_P(ProcessGroupGlooTest, testSIGSTOPException) {
-  DPX_SKIP_ON_NCCL();
+// A 1 s timeout, and rank 1's end judged by expect_rank0_ok_rank1_killed.
+RunOptions peer_fault_options() {
   RunOptions o;
   o.timeout = milliseconds(1000);
   o.expect_all_ok = false;
-  expect_rank0_ok_rank1_killed(
-      run(2, [](Rank& r) { loop_until_peer_fails<TimeoutError>(r, SIGSTOP); }, o));
+  return o;
+}
+
+TEST_P(ProcessGroupGlooTest, testSIGSTOPException) {
+  DPX_SKIP_ON_NCCL();
+  expect_rank0_ok_rank1_killed(run(
+      2, [](Rank& r) { loop_until_peer_fails<TimeoutError>(r, SIGSTOP); }, peer_fault_options()));
 }
 
 TEST_P(ProcessGroupGlooTest, testSIGKILLException) {
   DPX_SKIP_ON_NCCL();
-  RunOptions o;
-  o.timeout = milliseconds(1000);
-  o.expect_all_ok = false;
-  expect_rank0_ok_rank1_killed(
-      run(2, [](Rank& r) { loop_until_peer_fails<PeerLostError>(r, SIGKILL); }, o));
+  expect_rank0_ok_rank1_killed(run(
+      2, [](Rank& r) { loop_until_peer_fails<PeerLostError>(r, SIGKILL); }, peer_fault_options()));
 }
 
 // testMonitoredBarrier: every rank passes a barrier; then only rank 0 calls one, and the error
