@@ -96,10 +96,21 @@ DdpBase::~DdpBase() = default;
 
 bool DdpBase::training_forward() const { return at::GradMode::is_enabled(); }
 
-void DdpBase::sync_buffers() {
-  if (options_.broadcast_buffers && pg_->size() > 1 && !buffers_.empty()) {
-    detail::broadcast_coalesced(*pg_, buffers_, 0);
+// Note [Buffers under join]
+// Buffers come from rank 0 at every synchronised forward, except under join(): rank 0 may have
+// run out of data, and its statistics be stale. There the ranks agree on the highest rank that
+// still has data (an all-reduce of the maximum; a joined rank offers -1) and take its buffers,
+// as PyTorch's _sync_buffers does. When join ends, buffers go with the parameters only when
+// broadcast_buffers is set (PyTorch 2.x's final model sync; 1.13 sent them always).
+void DdpBase::sync_buffers(bool has_data) {
+  if (!options_.broadcast_buffers || pg_->size() == 1 || buffers_.empty()) return;
+  int root = 0;
+  if (join_active_) {
+    auto candidate = at::full({1}, has_data ? pg_->rank() : -1, at::kLong);
+    detail::control_allreduce(*pg_, candidate, ReduceOp::kMax)->wait();
+    root = static_cast<int>(candidate.item<std::int64_t>());
   }
+  detail::broadcast_coalesced(*pg_, buffers_, root);
 }
 
 void DdpBase::pre_forward() {
@@ -130,7 +141,7 @@ void DdpBase::pre_forward() {
   // free of collectives, which keeps them compatible with join() (a joined rank shadows
   // synchronised iterations only).
   reducer_->prepare_for_forward(/*allow_rebuild=*/forward_synced_);
-  if (forward_synced_) sync_buffers();
+  if (forward_synced_) sync_buffers(/*has_data=*/true);
 }
 
 void DdpBase::post_forward(const std::vector<at::Tensor>& outputs) {
@@ -183,14 +194,16 @@ void DdpBase::shadow_until_all_joined() {
     }
     last_joiner = false;
     reducer_->prepare_for_forward(/*allow_rebuild=*/true);
-    sync_buffers();
+    sync_buffers(/*has_data=*/false);
     reducer_->shadow_backward();
   }
   auto authority = at::full({1}, last_joiner ? pg_->rank() : -1, at::kLong);
   detail::control_allreduce(*pg_, authority, ReduceOp::kMax)->wait();
   std::vector<at::Tensor> state;
   for (const auto& item : base_module_->named_parameters()) state.push_back(item.value());
-  state.insert(state.end(), buffers_.begin(), buffers_.end());
+  if (options_.broadcast_buffers) {  // Note [Buffers under join]
+    state.insert(state.end(), buffers_.begin(), buffers_.end());
+  }
   if (pg_->size() > 1) {
     detail::broadcast_coalesced(*pg_, state, static_cast<int>(authority.item<std::int64_t>()));
   }

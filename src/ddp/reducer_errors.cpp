@@ -16,35 +16,43 @@ std::string Reducer::unfinished_reduction_message() const {
   for (std::size_t i = 0; i < params_.size(); ++i) {
     if (!marked_[i]) unmarked.push_back(i);
   }
+  // PyTorch's texts, word for word (users search for them), with the C++ spelling added.
   std::string msg = "Expected to have finished reduction in the prior iteration before starting "
                     "a new one. ";
+  const char* outputs_not_used = "making sure all `forward` function outputs participate in "
+                                 "calculating loss. ";
+  const char* ddp_bug = "\nIf you already have done the above, then the distributed data "
+                        "parallel module wasn't able to locate the output tensors in the return "
+                        "value of your module's `forward` function. Please include the loss "
+                        "function and the structure of the return value of `forward` of your "
+                        "module when reporting this issue (e.g. list, dict, iterable).";
   if (options_.static_graph) {
-    msg += "This error indicates that your training graph has changed in this iteration, e.g. "
-           "a parameter was used in the first iteration but not in this one; this is not "
-           "compatible with static_graph set to true.";
+    msg += "This error indicates that your training graph has changed in this iteration, e.g., "
+           "one parameter is used in first iteration, but then got unused in the second "
+           "iteration. this is not compatible with static_graph set to True.";
   } else {
     msg += "This error indicates that your module has parameters that were not used in "
            "producing loss. ";
     msg += options_.find_unused_parameters
-               ? "Since find_unused_parameters is enabled, this likely means that not all "
-                 "forward outputs participate in computing the loss. "
-               : "You can enable unused parameter detection by passing "
-                 "find_unused_parameters=True (DistributedDataParallelOptions::"
-                 "find_unused_parameters = true), and by ";
-    msg += "making sure all forward function outputs participate in calculating loss.";
+               ? "Since `find_unused_parameters=True` is enabled, this likely  means that not all "
+                 "`forward` outputs participate in computing loss. You can fix this by "
+               : "You can enable unused parameter detection by passing the keyword argument "
+                 "`find_unused_parameters=True` to `torch.nn.parallel.DistributedDataParallel` "
+                 "(DistributedDataParallelOptions::find_unused_parameters in C++), and by \n";
+    msg += std::string(outputs_not_used) + ddp_bug;
   }
   std::string indices;
   for (auto i : unmarked) indices += (indices.empty() ? "" : " ") + std::to_string(i);
-  const std::string rank = std::to_string(pg_->rank());
+  const std::string indices_info = c10::str(
+      "\nParameter indices which did not receive grad for rank ", pg_->rank(), ": ", indices);
   if (options_.debug == DebugLevel::kOff) {
-    msg += "\nParameter indices which did not receive grad for rank " + rank + ": " + indices +
-           "\nIn addition, you can set the environment variable DPX_DEBUG (or "
-           "TORCH_DISTRIBUTED_DEBUG) to INFO or DETAIL to print out which parameters did not "
-           "receive gradient on this rank as part of this error.";
+    msg += c10::str(indices_info, "\n In addition, you can set the environment variable "
+                    "TORCH_DISTRIBUTED_DEBUG to either INFO or DETAIL to print out information "
+                    "about which particular parameters did not receive gradient on this rank as "
+                    "part of this error (dpx reads DPX_DEBUG too)");
   } else {
-    msg += "\nParameters which did not receive grad for rank " + rank + ": " +
-           names_of(unmarked) + "\nParameter indices which did not receive grad for rank " +
-           rank + ": " + indices;
+    msg += c10::str("\nParameters which did not receive grad for rank ", pg_->rank(), ": ",
+                    names_of(unmarked), indices_info);
   }
   return msg;
 }

@@ -34,7 +34,6 @@ void Reducer::reset_iteration() {
   std::fill(hook_count_.begin(), hook_count_.end(), 0);
   std::fill(marked_.begin(), marked_.end(), 0);
   unused_.clear();
-  local_used_.zero_();
   used_work_.reset();
 }
 
@@ -104,6 +103,7 @@ void Reducer::shadow_backward() {
   if (used_work_) {
     used_work_->wait();
     used_work_.reset();
+    local_used_.zero_();  // Note [Used under no_sync] (reducer_step.cpp)
   }
   ++iterations_;
 }

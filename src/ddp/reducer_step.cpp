@@ -65,6 +65,14 @@ void Reducer::install_hooks() {
 void Reducer::autograd_hook(std::size_t index) {
   std::lock_guard<std::mutex> lock(mutex_);
   if (state_ == ReducerState::kIdle) {
+    // Note [Used under no_sync]
+    // A parameter that got a gradient under no_sync counts as used at the next synchronised
+    // step, as in PyTorch (its used map is kept from one reduction to the next): that step
+    // reduces the accumulated gradient even where this rank's last forward skipped it.
+    if (options_.find_unused_parameters && !options_.static_graph &&
+        params_[index].grad().defined()) {
+      local_used_.data_ptr<int>()[index] = 1;
+    }
     return;  // no_sync, evaluation, or a backward not preceded by a DDP forward: stay local
   }
   const bool static_first = options_.static_graph && iterations_ == 0;
@@ -246,6 +254,7 @@ void Reducer::finalize_backward() {
     used_work_.reset();
     auto used = local_used_.data_ptr<int>();
     for (std::size_t i = 0; i < params_.size(); ++i) globally_unused_[i] = used[i] == 0;
+    local_used_.zero_();  // Note [Used under no_sync]: marks live until a reduction reads them
     for (std::size_t b = 0; b < buckets_.size(); ++b) write_results(b);
   }
   times_.mark(Moment::kEnd);

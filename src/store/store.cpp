@@ -164,6 +164,14 @@ bool Store::delete_key(const std::string& key) {
   }
 }
 
+std::int64_t Store::num_keys() {
+  try {
+    return impl_->num_keys();
+  } catch (const std::exception& e) {
+    detail::rethrow_store_error(e, describe_, "count the keys of", timeout());
+  }
+}
+
 void Store::set_timeout(std::chrono::milliseconds timeout) { impl_->set_timeout(timeout); }
 
 std::chrono::milliseconds Store::timeout() const { return impl_->timeout(); }

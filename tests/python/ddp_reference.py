@@ -17,6 +17,12 @@ Exchange format (readable by both sides, no pickle): raw little-endian arrays pl
                rank 0's loss is multiplied by inf at the "inf_steps" (so every rank's gradients
                turn inf/nan after the all-reduce). Rank 0 writes python_scales.json: the scale
                after each step's update().
+  optional: "join": {"steps": [S0, S1, ...], "broadcast_buffers": true|false}: uneven inputs:
+               rank R trains S_R <= S steps inside ddp.join(), with DDP's broadcast_buffers as
+               given; every rank then writes python_state_rank<R>.json: {"params": [..],
+               "grads": [..], "buffers": {name: [..]}}, its parameters and their gradients
+               (flat, in the order of "params") and its buffers (flat, by name), so that
+               buffers can be compared exactly
   optional: "embedding": {"vocab": V, "dim": D, "classes": C, "tokens": T}: the model is
                EmbNet (a sparse Embedding and a Linear) instead of Cnn; x.bin then holds
                S * W * B bags of T token ids, int64, and "sample_shape" is [T]
@@ -25,6 +31,7 @@ the post-local SGD mode python_final_rank<R>.bin for every rank R (ranks differ 
 averages).
 Usage: ddp_reference.py DIR
 """
+import contextlib
 import datetime
 import json
 import os
@@ -74,6 +81,37 @@ def say(rank, what):
     print("rank %d: %s" % (rank, what), flush=True)  # where a stalled run stopped, in its log
 
 
+def train_step(ddp, opt, scaler, amp, x, y, s, rank, per_rank, scales):
+    xs = x[s, rank * per_rank:(rank + 1) * per_rank]
+    ys = y[s, rank * per_rank:(rank + 1) * per_rank]
+    opt.zero_grad()
+    if amp:
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            loss = F.cross_entropy(ddp(xs), ys)
+        if rank == 0 and s in amp["inf_steps"]:
+            loss = loss * float("inf")
+        if scaler:
+            scaler.scale(loss).backward()
+            scaler.step(opt)
+            scaler.update()
+            scales.append(scaler.get_scale())
+        else:
+            loss.backward()
+            opt.step()
+    else:
+        F.cross_entropy(ddp(xs), ys).backward()
+        opt.step()
+
+
+def write_state(path, model, params):
+    named = dict(model.named_parameters())
+    state = {"params": torch.cat([named[n].detach().reshape(-1) for n, _ in params]).tolist(),
+             "grads": torch.cat([named[n].grad.reshape(-1) for n, _ in params]).tolist(),
+             "buffers": {n: b.detach().reshape(-1).tolist() for n, b in model.named_buffers()}}
+    with open(path, "w") as f:
+        json.dump(state, f)  # float32 values as doubles: exact
+
+
 def worker(rank, world, folder):
     torch.set_num_threads(1)
     # A file store: no port to pick and lose to a concurrent test between choosing and binding.
@@ -96,7 +134,12 @@ def worker(rank, world, folder):
             assert list(p.shape) == shape, (name, p.shape, shape)
             p.copy_(flat[offset:offset + p.numel()].view(shape))
             offset += p.numel()
-    ddp = nn.parallel.DistributedDataParallel(model)
+    join = meta.get("join")
+    if join:
+        ddp = nn.parallel.DistributedDataParallel(
+            model, broadcast_buffers=join["broadcast_buffers"])
+    else:
+        ddp = nn.parallel.DistributedDataParallel(model)
     powersgd = meta.get("powersgd")
     if powersgd:
         from torch.distributed.algorithms.ddp_comm_hooks import powerSGD_hook
@@ -126,27 +169,14 @@ def worker(rank, world, folder):
         scaler = torch.amp.GradScaler("cpu", init_scale=amp["init_scale"],
                                       growth_interval=amp["growth_interval"])
     scales = []
-    for s in range(steps):
-        xs = x[s, rank * per_rank:(rank + 1) * per_rank]
-        ys = y[s, rank * per_rank:(rank + 1) * per_rank]
-        opt.zero_grad()
-        if amp:
-            with torch.autocast("cpu", dtype=torch.bfloat16):
-                loss = F.cross_entropy(ddp(xs), ys)
-            if rank == 0 and s in amp["inf_steps"]:
-                loss = loss * float("inf")
-            if scaler:
-                scaler.scale(loss).backward()
-                scaler.step(opt)
-                scaler.update()
-                scales.append(scaler.get_scale())
-            else:
-                loss.backward()
-                opt.step()
-        else:
-            F.cross_entropy(ddp(xs), ys).backward()
-            opt.step()
-        say(rank, "step %d done" % s)
+    uneven = ddp.join() if join else contextlib.nullcontext()
+    my_steps = join["steps"][rank] if join else steps
+    with uneven:
+        for s in range(my_steps):
+            train_step(ddp, opt, scaler, amp, x, y, s, rank, per_rank, scales)
+            say(rank, "step %d done" % s)
+    if join:
+        write_state(os.path.join(folder, "python_state_rank%d.json" % rank), model, meta["params"])
     if amp and rank == 0:
         json.dump(scales, open(os.path.join(folder, "python_scales.json"), "w"))
     names = ["python_final.bin"] if rank == 0 else []

@@ -71,7 +71,7 @@ class DdpBase : public torch::nn::Module {
 
  private:
   bool training_forward() const;
-  void sync_buffers();
+  void sync_buffers(bool has_data);
   void shadow_until_all_joined();
 
   std::shared_ptr<torch::nn::Module> base_module_;

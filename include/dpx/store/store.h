@@ -71,6 +71,8 @@ class Store {
   void wait(const std::vector<std::string>& keys);
   void wait(const std::vector<std::string>& keys, std::chrono::milliseconds timeout);
   bool delete_key(const std::string& key);
+  // The number of keys the store holds, over every prefix (as c10d's getNumKeys counts).
+  std::int64_t num_keys();
 
   void set_timeout(std::chrono::milliseconds timeout);
   std::chrono::milliseconds timeout() const;
