@@ -46,15 +46,32 @@ struct Model : torch::nn::Module {
   torch::nn::Linear fc2;
 };
 
-int main(int argc, char* argv[]) {
+// The original's constants, as flags (the defaults are the original's).
+struct Flags {
   size_t num_epochs = 10;
   int64_t max_steps = -1;  // batches per epoch; -1: all (the original's only mode)
   std::string data_root = dpx::FashionMNIST::kDefaultRoot;
-  CLI::App app("dist-mnist on dpx: DistributedDataParallel on every rank of mpirun or dpxrun");
-  app.add_option("--epochs", num_epochs, "epochs to train (default 10)");
-  app.add_option("--max-steps", max_steps, "batches per epoch (default: the whole epoch)");
-  app.add_option("--data", data_root, "the Fashion-MNIST folder");
-  CLI11_PARSE(app, argc, argv);
+};
+
+void add_flags(CLI::App& app, Flags& f) {
+  app.add_option("--epochs", f.num_epochs, "epochs to train (default 10)")
+      ->check(CLI::PositiveNumber);
+  app.add_option("--max-steps", f.max_steps, "batches per epoch (default: the whole epoch)")
+      ->check(CLI::Validator(
+          [](std::string& v) {
+            int64_t n = 0;
+            return CLI::detail::lexical_cast(v, n) && n >= -1
+                       ? std::string()
+                       : "expects an integer >= -1 (-1: the whole epoch), got '" + v + "'";
+          },
+          ">=-1"));
+  app.add_option("--data", f.data_root, "the Fashion-MNIST folder (dataset-fashion-mnist)")
+      ->check(CLI::ExistingDirectory);
+}
+
+// The original's main(), ported.
+int train(const Flags& flags) {
+  const auto [num_epochs, max_steps, data_root] = flags;
 
   // Creating the process group: env:// (dpxrun, torchrun) or mpirun's own variables
   auto pg = dpx::init_process_group();  // mpirun: OMPI_COMM_WORLD_RANK, _SIZE (docs/launcher.md)
@@ -75,6 +92,9 @@ int main(int argc, char* argv[]) {
   // Generate dataloader
   auto total_batch_size = 64;
   auto batch_size_per_proc = total_batch_size / numranks;  // effective batch size in each processor
+  TORCH_CHECK(batch_size_per_proc > 0, "dist_mnist splits a batch of ", total_batch_size,
+              " samples over the ranks: it runs on at most ", total_batch_size, " ranks, not ",
+              numranks);
   auto data_loader =
       torch::data::make_data_loader(std::move(train_dataset), data_sampler, batch_size_per_proc);
 
@@ -109,6 +129,7 @@ int main(int argc, char* argv[]) {
       // Execute forward pass
       auto prediction = ddp->forward(ip);
 
+      // As the original: forward() returns log-probabilities already, which log_softmax keeps.
       auto loss = torch::nll_loss(torch::log_softmax(prediction, 1), op);
 
       // Backpropagation: the gradients arrive averaged over every rank
@@ -170,4 +191,31 @@ int main(int argc, char* argv[]) {
     std::cout << "Num correct - " << num_correct << std::endl;
     std::cout << "Test Accuracy - " << 100.0 * num_correct / num_test_samples << std::endl;
   }  // end rank 0
+  return 0;
+}
+
+int main(int argc, char* argv[]) {
+  dpx::install_error_handler();  // a crash leaves an error file dpxrun's summary quotes
+  CLI::App app("dist-mnist on dpx: DistributedDataParallel on every rank of mpirun or dpxrun",
+               "dist_mnist");
+  Flags flags;
+  add_flags(app, flags);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp& help) {
+    return app.exit(help);  // prints the help; exit code 0
+  } catch (const CLI::ParseError& e) {
+    std::fprintf(stderr, "dist_mnist: error: %s (see --help)\n", e.what());
+    return 2;
+  }
+  try {
+    return train(flags);
+  } catch (const std::exception& e) {
+    // A c10::Error's what() ends in LibTorch's C++ backtrace: the user needs only the message.
+    const auto* c10_error = dynamic_cast<const c10::Error*>(&e);
+    std::fprintf(stderr, "dist_mnist: error: %s\n",
+                 c10_error != nullptr ? c10_error->what_without_backtrace() : e.what());
+    dpx::record_error(e);
+    return 1;
+  }
 }

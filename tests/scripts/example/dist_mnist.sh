@@ -6,11 +6,7 @@
 #   dist_mnist.sh <dpxrun> <dist_mnist binary> <scratch dir>
 set -euo pipefail
 dpxrun="$1" bin="$2" work="$3"
-if [ ! -f /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz ]; then
-  echo "SKIPPED: dataset-fashion-mnist is not installed (scripts/setup.sh installs it)"
-  exit 0
-fi
-rm -rf "$work" && mkdir -p "$work"
+source "$(dirname "$0")/dataset.sh" "$work"
 fail() { echo "FAILED: $*"; exit 1; }
 # Nothing of a surrounding launcher's contract leaks in.
 unset RANK WORLD_SIZE LOCAL_RANK LOCAL_WORLD_SIZE GROUP_RANK MASTER_ADDR MASTER_PORT
