@@ -53,18 +53,22 @@ struct Flags {
   std::string data_root = dpx::FashionMNIST::kDefaultRoot;
 };
 
+// An integer of at least `min` (CLI11's own number checks print their range up to 1.8e308).
+CLI::Validator at_least(int64_t min, const std::string& note = "") {
+  return CLI::Validator(
+      [min, note](std::string& v) {
+        int64_t n = 0;
+        return CLI::detail::lexical_cast(v, n) && n >= min
+                   ? std::string()
+                   : "expects an integer >= " + std::to_string(min) + note + ", got '" + v + "'";
+      },
+      ">=" + std::to_string(min));
+}
+
 void add_flags(CLI::App& app, Flags& f) {
-  app.add_option("--epochs", f.num_epochs, "epochs to train (default 10)")
-      ->check(CLI::PositiveNumber);
+  app.add_option("--epochs", f.num_epochs, "epochs to train (default 10)")->check(at_least(1));
   app.add_option("--max-steps", f.max_steps, "batches per epoch (default: the whole epoch)")
-      ->check(CLI::Validator(
-          [](std::string& v) {
-            int64_t n = 0;
-            return CLI::detail::lexical_cast(v, n) && n >= -1
-                       ? std::string()
-                       : "expects an integer >= -1 (-1: the whole epoch), got '" + v + "'";
-          },
-          ">=-1"));
+      ->check(at_least(-1, " (-1: the whole epoch)"));
   app.add_option("--data", f.data_root, "the Fashion-MNIST folder (dataset-fashion-mnist)")
       ->check(CLI::ExistingDirectory);
 }
