@@ -1,4 +1,4 @@
-// The command lines of dpx-bench and the example: --help exits 0 on every program and
+// The command lines of dpx-bench and the examples: --help exits 0 on every program and
 // sub-command; a user's mistake is one line on stderr and a non-zero exit, never LibTorch's
 // C++ backtrace. (dpxrun's own are in launcher_test.cpp.)
 #include <sys/stat.h>
@@ -16,6 +16,10 @@ using std::chrono::seconds;
 std::string bench_path() { return std::string(DPX_BINARY_DIR) + "/bench/dpx-bench"; }
 std::string example_path() {
   return std::string(DPX_BINARY_DIR) + "/examples/fashion_mnist/fashion_mnist";
+}
+
+std::string dist_mnist_path() {
+  return std::string(DPX_BINARY_DIR) + "/examples/dist_mnist/dist_mnist";
 }
 
 bool built(const std::string& path) {
@@ -66,6 +70,7 @@ TEST(Cli, BenchMistakesAreOneLine) {
   expect_one_line_error({b, "dp", "--batch", "0"}, "--batch");
   expect_one_line_error({b, "allreduce", "--seconds", "nan"}, "--seconds");
   expect_one_line_error({b, "allreduce", "--iters"}, "--iters");
+  expect_one_line_error({b, "handwritten", "--model", "rnn"}, "rnn");
 }
 
 // Errors at run time: the message of the c10::Error, not its backtrace; exit code 1.
@@ -98,6 +103,21 @@ TEST(Cli, ExampleMistakesAreOneLine) {
   expect_one_line_error({e, "--checkpoint-every", "0"}, "--checkpoint-every");
   expect_one_line_error({e, "--data-dir", "/nonexistent/fashion"}, "/nonexistent/fashion");
   expect_one_line_error({e, "--device", "tpu"}, "--device");
+}
+
+TEST(Cli, DistMnistHelpAndMistakes) {
+  if (!built(dist_mnist_path())) GTEST_SKIP() << "examples/dist_mnist is not built";
+  const auto e = dist_mnist_path();
+  auto r = run_launcher({e, "--help"}, seconds(30));
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  for (const char* flag : {"--epochs", "--max-steps", "--data"}) {
+    EXPECT_NE(r.output.find(flag), std::string::npos) << flag << "\n" << r.output;
+  }
+  expect_one_line_error({e, "--frobnicate"}, "--frobnicate");
+  expect_one_line_error({e, "--epochs", "0"}, "--epochs: expects an integer >= 1, got '0'");
+  expect_one_line_error({e, "--max-steps", "-2"},
+                        "expects an integer >= -1 (-1: the whole epoch), got '-2'");
+  expect_one_line_error({e, "--data", "/nonexistent/fashion"}, "/nonexistent/fashion");
 }
 
 // --device cuda where the process sees no GPU: one line saying so, before any connection.

@@ -1,7 +1,7 @@
 # No dpx binary imports a std::filesystem operation that LibTorch defines
 # (Note [LibTorch's std::filesystem], dpx/runtime/files.h): LibTorch 2.11's copies crash.
 set(_dpx_fs_binaries $<TARGET_FILE:dpx>)
-foreach(_t IN ITEMS dpxrun dpx-bench fashion_mnist dpx_test_worker dpx_unit_tests
+foreach(_t IN ITEMS dpxrun dpx-bench fashion_mnist dist_mnist dpx_test_worker dpx_unit_tests
         dpx_multirank_tests dpx_multiproc_tests dpx_isolated_tests)
   if(TARGET ${_t})
     list(APPEND _dpx_fs_binaries $<TARGET_FILE:${_t}>)

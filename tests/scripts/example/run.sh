@@ -4,11 +4,7 @@
 set -euo pipefail
 bin="$1" work="$2"
 root="$(cd "$(dirname "$0")/../../.." && pwd)"
-if [ ! -f /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz ]; then
-  echo "SKIPPED: dataset-fashion-mnist is not installed (scripts/setup.sh installs it)"
-  exit 0
-fi
-rm -rf "$work" && mkdir -p "$work"
+source "$(dirname "$0")/dataset.sh" "$work"
 run() {
   env MASTER_ADDR=127.0.0.1 MASTER_PORT=0 RANK=0 WORLD_SIZE=1 "$bin" --epochs 2 \
     --batch-size 32 --train-limit 512 --checkpoint-every 3 --checkpoint-dir "$work/ckpt" \

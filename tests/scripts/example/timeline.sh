@@ -6,12 +6,8 @@
 set -euo pipefail
 dpxrun="$1" bin="$2" work="$3"
 root="$(cd "$(dirname "$0")/../../.." && pwd)"
-if [ ! -f /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz ]; then
-  echo "SKIPPED: dataset-fashion-mnist is not installed (scripts/setup.sh installs it)"
-  exit 0
-fi
+source "$(dirname "$0")/dataset.sh" "$work"
 fail() { echo "FAILED: $*"; exit 1; }
-rm -rf "$work" && mkdir -p "$work"
 "$dpxrun" --nproc-per-node 2 --timeline "$work/trace.json" "$bin" --epochs 1 --batch-size 32 \
   --train-limit 512 --max-steps 6 --report-every 3 --checkpoint-dir "$work/ckpt" \
   --metrics-file "$work/metrics.jsonl" 2>&1 | tee "$work/log"
