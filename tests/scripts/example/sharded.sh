@@ -5,11 +5,7 @@
 #   sharded.sh <dpxrun> <fashion_mnist> <scratch dir>
 set -euo pipefail
 dpxrun="$1" bin="$2" work="$3"
-if [ ! -f /usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz ]; then
-  echo "SKIPPED: dataset-fashion-mnist is not installed (scripts/setup.sh installs it)"
-  exit 0
-fi
-rm -rf "$work" && mkdir -p "$work"
+source "$(dirname "$0")/dataset.sh" "$work"
 fail() { echo "FAILED: $*"; for f in "$work"/*.log; do echo "--- $f"; tail -20 "$f"; done; exit 1; }
 # 1 epoch of 32 steps per rank; a checkpoint every 10 steps.
 args=(--epochs 1 --batch-size 32 --train-limit 2048 --checkpoint-every 10)
