@@ -23,6 +23,11 @@ bool is_sharded_state(const at::Tensor& t, const ParameterShard& s) {
   return s.sharded && t.dim() > 0 && t.sizes() == s.param.sizes();
 }
 
+// The same tensor whole, as full_optimizer_state_dict gives it: shaped like the whole parameter.
+bool is_whole_state(const at::Tensor& t, const ParameterShard& s) {
+  return s.sharded && t.dim() > 0 && t.sizes() == c10::IntArrayRef(s.full_sizes);
+}
+
 // The whole tensor of which every rank holds the rows of its parameter's shard: each rank pads
 // its rows to the largest shard (ceil(rows / N), torch.chunk's split) and all-gather joins them.
 at::Tensor gather_rows(ProcessGroup& pg, const at::Tensor& mine, const ParameterShard& s) {
@@ -115,8 +120,7 @@ void load_full_optimizer_state_dict(const torch::nn::Module& module,
     auto entry = any_dict();
     for (const auto& e : kv.value().toGenericDict()) {
       auto value = e.value();
-      if (value.isTensor() && shard.sharded && value.toTensor().dim() > 0 &&
-          value.toTensor().sizes() == c10::IntArrayRef(shard.full_sizes)) {
+      if (value.isTensor() && is_whole_state(value.toTensor(), shard)) {
         value = value.toTensor().narrow(0, shard.row_offset, shard.param.size(0)).clone();
       }
       entry.insert(e.key(), value);
