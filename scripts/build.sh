@@ -26,4 +26,14 @@ if [ ! -f "$out/build.ninja" ]; then
   mv "$log" "$out/configure.log"
 fi
 echo "build: LibTorch $version in $out/"
-cmake --build "$out" -j "$(nproc)" ${targets[@]:+--target "${targets[@]}"}
+build() { cmake --build "$out" "$@" ${targets[@]:+--target "${targets[@]}"}; }
+# A compiler killed for memory or disk prints nothing (CI once failed that way on a precompiled
+# header, 700 MB each): say what the machine had, then try once more, one job at a time and without
+# ccache, so a real compile error shows again and a starved machine gets the most room.
+build -j "$(nproc)" || {
+  echo "build: the build failed; free memory and disk at this moment:" >&2
+  free -m >&2 || true
+  df -h "$out" "$CCACHE_DIR" >&2 || true
+  echo "build: building again with one job and no ccache" >&2
+  CCACHE_DISABLE=1 build -j 1
+}
