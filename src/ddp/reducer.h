@@ -105,6 +105,10 @@ class Reducer {
 
   void install_hooks();
   void initialize_buckets(const std::vector<std::vector<std::size_t>>& assignment);
+  // One zeroed flat tensor per dense bucket of `assignment` (undefined for sparse ones).
+  std::vector<at::Tensor> allocate_bucket_buffers(
+      const std::vector<std::vector<std::size_t>>& assignment) const;
+  bool is_sparse_bucket(const std::vector<std::size_t>& variables) const;
   void rebuild_buckets();
   void reset_iteration();
   void autograd_hook(std::size_t index);

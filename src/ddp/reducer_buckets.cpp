@@ -9,6 +9,7 @@
 
 #include "dpx/ddp/bucket_assignment.h"
 #include "comm/coordination/control.h"
+#include "comm/shared_memory.h"
 #include "runtime/env_read.h"
 
 namespace dpx::detail {
@@ -60,8 +61,67 @@ Reducer::~Reducer() {
   }
 }
 
+namespace {
+
+constexpr std::size_t kSharedAlign = 64;  // Note [Shared buckets]: offsets in 64-byte lines
+
+std::size_t aligned_bytes(std::int64_t numel, const at::TensorOptions& options) {
+  const std::size_t n = numel * options.dtype().itemsize();
+  return (n + kSharedAlign - 1) / kSharedAlign * kSharedAlign;
+}
+
+}  // namespace
+
+// Note [Shared buckets] (comm/shared_memory.h): where the group offers memory every rank reaches,
+// the dense buckets are laid out in it one after the other, in bucket order, so that every rank's
+// bucket b lies at the same offset. Otherwise (another backend, CUDA tensors, one rank) each
+// bucket is a tensor of its own.
+std::vector<at::Tensor> Reducer::allocate_bucket_buffers(
+    const std::vector<std::vector<std::size_t>>& assignment) const {
+  const std::size_t n = assignment.size();
+  std::vector<std::int64_t> numel(n, -1);  // -1: a sparse bucket, no buffer
+  std::vector<at::TensorOptions> options(n);
+  bool all_cpu = true;
+  std::size_t bytes = 0;
+  for (std::size_t b = 0; b < n; ++b) {
+    if (is_sparse_bucket(assignment[b])) continue;
+    numel[b] = 0;
+    for (auto v : assignment[b]) {
+      numel[b] += params_[v].numel();
+      all_cpu = all_cpu && params_[v].is_cpu();
+    }
+    options[b] = params_[assignment[b].front()].options().requires_grad(false);
+    bytes += aligned_bytes(numel[b], options[b]);
+  }
+  at::Tensor memory;
+  if (auto* shared = dynamic_cast<SharedMemory*>(pg_.get()); shared && all_cpu && bytes > 0) {
+    memory = shared->allocate_shared(bytes);
+  }
+  std::vector<at::Tensor> flats(n);
+  std::size_t offset = 0;
+  for (std::size_t b = 0; b < n; ++b) {
+    if (numel[b] < 0) continue;
+    if (!memory.defined()) {
+      flats[b] = at::zeros({numel[b]}, options[b]);
+      continue;
+    }
+    // The bucket keeps the shared memory alive (its deleter holds `memory`).
+    flats[b] = at::from_blob(static_cast<char*>(memory.data_ptr()) + offset, {numel[b]},
+                             [memory](void*) {}, options[b]);
+    flats[b].zero_();
+    offset += aligned_bytes(numel[b], options[b]);
+  }
+  return flats;
+}
+
+bool Reducer::is_sparse_bucket(const std::vector<std::size_t>& variables) const {
+  return !options_.expect_sparse_gradient.empty() &&
+         options_.expect_sparse_gradient[variables.front()];
+}
+
 void Reducer::initialize_buckets(const std::vector<std::vector<std::size_t>>& assignment) {
   at::NoGradGuard no_grad;
+  std::vector<at::Tensor> flats = allocate_bucket_buffers(assignment);
   buckets_.clear();
   buckets_.resize(assignment.size());
   locators_.assign(params_.size(), {});
@@ -69,7 +129,7 @@ void Reducer::initialize_buckets(const std::vector<std::vector<std::size_t>>& as
     auto& bucket = buckets_[b];
     bucket.variables = assignment[b];
     const auto first_var = bucket.variables.front();
-    if (!options_.expect_sparse_gradient.empty() && options_.expect_sparse_gradient[first_var]) {
+    if (is_sparse_bucket(bucket.variables)) {
       // No buffer, and no view for gradient_as_bucket_view (PyTorch ignores that option for
       // sparse gradients too; Note [Sparse buckets]).
       TORCH_INTERNAL_ASSERT(bucket.variables.size() == 1, "a sparse bucket holds one parameter");
@@ -77,10 +137,7 @@ void Reducer::initialize_buckets(const std::vector<std::vector<std::size_t>>& as
       locators_[first_var] = {b, 0};
       continue;
     }
-    std::int64_t total = 0;
-    for (auto v : bucket.variables) total += params_[v].numel();
-    const auto& first = params_[bucket.variables.front()];
-    bucket.buffer = at::zeros({total}, first.options().requires_grad(false));
+    bucket.buffer = flats[b];
     std::int64_t offset = 0;
     for (std::size_t slot = 0; slot < bucket.variables.size(); ++slot) {
       const auto v = bucket.variables[slot];

@@ -10,8 +10,10 @@
 #include <torch/torch.h>
 
 #include "comm/backends/shm/process_group_shm.h"
+#include "comm/shared_memory.h"
 #include "dpx/dpx.h"
 #include "support/harness.h"
+#include "support/temp_dir.h"
 
 namespace dpx {
 namespace {
@@ -217,6 +219,113 @@ TEST(ShmBackend, DisagreeingRanksGetAClearErrorAndStayUsable) {
     EXPECT_TRUE(same.equal(at::full({5000}, 2.0f)));
   }, {std::chrono::seconds(30)});
   test::expect_all_ok(results);
+}
+
+// Note [Shared buckets]: a tensor in the group's shared memory is reduced in place, to the same
+// bits as the copying path (rank order), on every rank, at any offset the ranks agree on.
+TEST(ShmBackend, SharedMemoryReducesInPlaceToTheCopyingPathsBits) {
+  for (int world : {2, 3}) {
+    test::StoreServer server;
+    auto results = test::run_processes(world, [&](int rank) {
+      use_tiny_slots();
+      auto pg = new_process_group("shm", server.client(), rank, world);
+      auto* shared = dynamic_cast<detail::SharedMemory*>(pg.get());
+      ASSERT_NE(shared, nullptr);
+      at::Tensor memory = shared->allocate_shared(1 << 20);
+      ASSERT_TRUE(memory.defined());
+      for (auto dt : {at::kFloat, at::kDouble, at::kBFloat16, at::kLong}) {
+        for (int64_t n : {1000, 70001}) {
+          for (auto op : {ReduceOp::kSum, ReduceOp::kAvg, ReduceOp::kMax}) {
+            if (op == ReduceOp::kAvg && dt == at::kLong) continue;
+            SCOPED_TRACE(std::string(c10::toString(dt)) + " n=" + std::to_string(n) + " " +
+                         to_string(op));
+            torch::manual_seed(rank * 7 + n);
+            auto mine = dt == at::kLong ? at::randint(-1000, 1000, {n}, at::kLong)
+                                        : at::randn({n}).to(dt);
+            auto copied = mine.clone();
+            pg->allreduce(copied, {op})->wait();
+            const int64_t lines = 64 * 3 / at::elementSize(dt);  // a 64-byte-aligned offset
+            auto in_place = memory.view(dt).narrow(0, lines, n);
+            in_place.copy_(mine);
+            const void* where = in_place.data_ptr();
+            pg->allreduce(in_place, {op})->wait();
+            EXPECT_EQ(in_place.data_ptr(), where);
+            EXPECT_TRUE(in_place.equal(copied));
+          }
+        }
+      }
+    });
+    test::expect_all_ok(results);
+  }
+}
+
+TEST(ShmBackend, SharedMemoryAtDifferentPlacesIsAMismatch) {
+  test::StoreServer server;
+  auto results = test::run_processes(2, [&](int rank) {
+    auto pg = new_process_group("shm", server.client(), rank, 2, with_timeout(milliseconds(5000)));
+    at::Tensor memory = dynamic_cast<detail::SharedMemory&>(*pg).allocate_shared(1 << 20);
+    const int64_t n = 100000;
+    auto expect_mismatch = [&](at::Tensor t, const std::string& text) {
+      try {
+        pg->allreduce(t)->wait();
+        ADD_FAILURE() << "no error";
+      } catch (const MismatchError& e) {
+        EXPECT_NE(std::string(e.what()).find(text), std::string::npos) << e.what();
+      }
+    };
+    // Rank 1 would read rank 0's memory at the wrong place: both are told instead.
+    auto shifted = memory.view(at::kFloat).narrow(0, rank == 0 ? 0 : 16, n);
+    expect_mismatch(shifted, rank == 0 ? "in shared memory at byte 64" : "at byte 0");
+    auto mixed = rank == 0 ? memory.view(at::kFloat).narrow(0, 0, n) : at::ones({n});
+    expect_mismatch(mixed, "in shared memory at byte 0");
+    auto same = memory.view(at::kFloat).narrow(0, 0, n).fill_(rank + 1);
+    pg->allreduce(same)->wait();
+    EXPECT_TRUE(same.equal(at::full({n}, 3.0f)));
+  }, {std::chrono::seconds(30)});
+  test::expect_all_ok(results);
+}
+
+// DDP lays its buckets out in shared memory (Note [Shared buckets]): training gives the bits it
+// gives with private buckets, with and without gradient_as_bucket_view, across the bucket rebuild.
+TEST(ShmBackend, DdpWithSharedBucketsTrainsToThePrivateBucketsBits) {
+  const int world = 3;  // dividing by 3 before the sum is not exact: the order must be the same
+  for (bool view : {false, true}) {
+    test::TempDir dir;
+    for (const char* shared : {"1", "0"}) {
+      test::StoreServer server;
+      auto results = test::run_processes(world, [&](int rank) {
+        ::setenv("DPX_SHM_SHARED_BUCKETS", shared, 1);
+        at::set_num_threads(1);  // OpenMP's threads do not survive the fork
+        auto pg = new_process_group("shm", server.client(), rank, world);
+        torch::manual_seed(0);
+        auto net = torch::nn::Sequential(torch::nn::Linear(32, 300), torch::nn::ReLU(),
+                                         torch::nn::Linear(300, 200), torch::nn::ReLU(),
+                                         torch::nn::Linear(200, 10));
+        DistributedDataParallelOptions o;
+        o.gradient_as_bucket_view = view;
+        o.bucket_cap_mb = 0.1;  // buckets on both paths: the shared one and the one-post copy
+        DistributedDataParallel ddp(net, pg, o);
+        torch::optim::SGD opt(net->parameters(), torch::optim::SGDOptions(0.1).momentum(0.9));
+        torch::manual_seed(100 + rank);
+        for (int step = 0; step < 5; ++step) {  // the buckets are rebuilt after the first
+          opt.zero_grad();
+          ddp->forward(torch::randn({16, 32})).square().mean().backward();
+          opt.step();
+        }
+        std::vector<at::Tensor> flat;
+        for (const auto& p : net->parameters()) flat.push_back(p.detach().flatten());
+        torch::save(at::cat(flat), dir / ("rank" + std::to_string(rank) + "-" + shared + ".pt"));
+      });
+      test::expect_all_ok(results);
+    }
+    for (int rank = 0; rank < world; ++rank) {
+      at::Tensor with, without;
+      torch::load(with, dir / ("rank" + std::to_string(rank) + "-1.pt"));
+      torch::load(without, dir / ("rank" + std::to_string(rank) + "-0.pt"));
+      EXPECT_TRUE(with.equal(without)) << "gradient_as_bucket_view=" << view << " rank " << rank
+                                       << ": " << (with - without).abs().max().item<double>();
+    }
+  }
 }
 
 TEST(ShmBackend, NoSegmentOutlivesSetupOrACrash) {

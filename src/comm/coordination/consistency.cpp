@@ -12,7 +12,7 @@ namespace {
 
 bool same(const CollectiveDescriptor& a, const CollectiveDescriptor& b) {
   return a.seq == b.seq && a.kind == b.kind && a.dtype == b.dtype && a.reduce_op == b.reduce_op &&
-         a.root == b.root && a.numel == b.numel;
+         a.shared == b.shared && a.root == b.root && a.numel == b.numel;
 }
 
 // "name\tvalue\n" per setting: names and values are ours, free of tabs and newlines.
@@ -77,6 +77,7 @@ std::string to_string(const CollectiveDescriptor& d) {
     s += std::string(" on ") + std::to_string(d.numel) + " " +
          c10::toString(static_cast<at::ScalarType>(d.dtype));
   }
+  if (d.shared) s += " in shared memory at byte " + std::to_string(64 * std::int64_t{d.root});
   return s + " as collective #" + std::to_string(d.seq);
 }
 

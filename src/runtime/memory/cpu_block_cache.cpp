@@ -141,6 +141,17 @@ void CpuBlockCache::hand_out(void* p, std::size_t size) const {
   peak_live_ = std::max(peak_live_, live_bytes_);
 }
 
+void CpuBlockCache::count_outside(std::size_t bytes) const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  live_bytes_ += bytes;
+  peak_live_ = std::max(peak_live_, live_bytes_);
+}
+
+void CpuBlockCache::uncount_outside(std::size_t bytes) const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  live_bytes_ -= std::min(bytes, live_bytes_);
+}
+
 std::size_t CpuBlockCache::bound() const { return std::min(limit_, peak_live_); }
 
 bool CpuBlockCache::make_room(std::size_t bytes, std::size_t keep_class) const {

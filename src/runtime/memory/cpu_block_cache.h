@@ -61,6 +61,13 @@ class CpuBlockCache final : public compat::Allocator {
   c10::DataPtr allocate_block(std::size_t n) const override;
   c10::DeleterFnPtr raw_deleter() const override { return &release; }
 
+  // Tensor memory this process holds outside the cache that used to come from it: DDP's buckets
+  // in shared memory (Note [Shared buckets] in comm/shared_memory.h). It counts as handed out for
+  // the bound, or the cache of a model whose gradients live there would lose the room those
+  // buckets gave it, and fault every step (24 M-parameter MLP: 33,000 faults per step).
+  void count_outside(std::size_t bytes) const;
+  void uncount_outside(std::size_t bytes) const;
+
   std::size_t cached_bytes() const;
   std::size_t limit() const { return limit_; }
   // Gives every cached block back to malloc; returns the bytes released.

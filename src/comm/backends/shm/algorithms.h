@@ -7,6 +7,10 @@
 //   first post it reduces its own slice from its tensor and the peers' slots into its slot; after
 //   the second post it copies every slice's result from its owner's slot into its tensor. This
 //   is reduce-scatter + all-gather; the double-buffered slots let ranks drift by a round.
+// allreduce, shared (Note [Shared buckets] in comm/shared_memory.h): every rank's tensor lies at
+//   the same place of its part of a shared segment. After the first post each rank reduces its
+//   own slice from every rank's tensor and writes it into every rank's tensor; after the second
+//   post each tensor holds the result. One round, nothing copied in or out.
 // reduce_scatter: the large allreduce without its gather half (one post per round).
 // broadcast, allgather: copy into the own slot, post, copy out of the slots that matter.
 #pragma once
@@ -26,6 +30,9 @@ struct AlgorithmOptions {
 };
 
 void allreduce(Channel& ch, at::Tensor& tensor, ReduceOp op, const AlgorithmOptions& options);
+// `offset`: the tensor's byte offset in this rank's part of `shared`, the same on every rank.
+void allreduce_shared(Channel& ch, const Segment& shared, std::size_t offset, at::Tensor& tensor,
+                      ReduceOp op);
 void broadcast(Channel& ch, at::Tensor& tensor, int root);
 void allgather(Channel& ch, at::Tensor& output, const at::Tensor& input);
 void reduce_scatter(Channel& ch, at::Tensor& output, const at::Tensor& input, ReduceOp op);

@@ -4,11 +4,14 @@
 
 #include <sched.h>
 
+#include <algorithm>
+#include <limits>
 #include <thread>
 
 #include "comm/coordination/consistency.h"
 #include "dpx/comm/errors.h"
 #include "runtime/env_read.h"
+#include "runtime/memory/cpu_block_cache.h"
 
 namespace dpx::detail {
 namespace {
@@ -22,6 +25,7 @@ struct ShmEnv {
   std::optional<std::int64_t> slot_bytes = detail::env_int("DPX_SHM_SLOT_BYTES", 4096);
   std::optional<std::int64_t> small_bytes = detail::env_int("DPX_SHM_SMALL_BYTES", 0);
   std::optional<std::int64_t> spin_us = detail::env_int("DPX_SHM_SPIN_US", 0);
+  std::optional<std::int64_t> shared_buckets = detail::env_int("DPX_SHM_SHARED_BUCKETS", 0);
 };
 
 shm::SegmentOptions segment_options(const ShmEnv& env, const ProcessGroup::Options& o) {
@@ -76,11 +80,13 @@ ShmGroup::ShmGroup(const BackendArgs& args)
   const ShmEnv env;
   const shm::SegmentOptions segment = segment_options(env, options());
   if (env.small_bytes) algorithm_options_.small_bytes = static_cast<std::size_t>(*env.small_bytes);
+  if (env.shared_buckets) shared_buckets_ = *env.shared_buckets != 0;
   // Both shape how ranks exchange data: a difference gives wrong results (Note [Consistency]).
   check_settings_agree(*args.store, rank(), size(),
                        {{"backend", "shm"},
                         {"DPX_SHM_SLOT_BYTES", std::to_string(segment.slot_bytes)},
-                        {"DPX_SHM_SMALL_BYTES", std::to_string(algorithm_options_.small_bytes)}},
+                        {"DPX_SHM_SMALL_BYTES", std::to_string(algorithm_options_.small_bytes)},
+                        {"DPX_SHM_SHARED_BUCKETS", shared_buckets_ ? "1" : "0"}},
                        options().timeout, where());
   segment_ = shm::Segment::open(*args.store, rank(), size(), segment, where());
   const shm::WaitOptions wait = wait_options(env, size());
@@ -205,10 +211,67 @@ void ShmGroup::execute(Task& task) {
   }
 }
 
+at::Tensor ShmGroup::allocate_shared(std::size_t bytes) {
+  if (!shared_buckets_ || size() == 1) return {};
+  shm::SegmentOptions o;
+  o.slot_bytes = std::max<std::size_t>(bytes, 1);
+  o.slots_per_rank = 1;
+  o.round = "shm-shared";
+  o.purpose = "DDP keeps its buckets there: world x the model's gradient bytes. Free memory or "
+              "raise the memory limit, or set DPX_SHM_SHARED_BUCKETS=0 on every rank to keep "
+              "them private (slower).";
+  o.timeout = options().timeout;
+  std::shared_ptr<shm::Segment> segment = shm::Segment::open(*store_, rank(), size(), o, where());
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    shared_.erase(std::remove_if(shared_.begin(), shared_.end(),
+                                 [](const auto& s) { return s.expired(); }),
+                  shared_.end());
+    shared_.push_back(segment);
+  }
+  char* mine = segment->slot(rank(), 0);
+  CpuBlockCache::instance().count_outside(bytes);
+  return at::from_blob(mine, {static_cast<std::int64_t>(bytes)},
+                       [segment, bytes](void*) mutable {
+                         segment.reset();
+                         CpuBlockCache::instance().uncount_outside(bytes);
+                       },
+                       at::kByte);
+}
+
+std::shared_ptr<shm::Segment> ShmGroup::find_shared(const at::Tensor& tensor,
+                                                    std::size_t& offset) {
+  if (!tensor.is_contiguous() || tensor.numel() == 0) return nullptr;
+  const auto* begin = static_cast<const char*>(tensor.data_ptr());
+  const auto* end = begin + tensor.numel() * tensor.element_size();
+  std::lock_guard<std::mutex> lock(mutex_);
+  for (const auto& weak : shared_) {
+    auto segment = weak.lock();
+    if (!segment) continue;
+    const char* part = segment->slot(rank(), 0);
+    if (begin >= part && end <= part + segment->slot_bytes()) {
+      offset = static_cast<std::size_t>(begin - part);
+      const bool fits = offset % 64 == 0 && offset / 64 <= std::numeric_limits<std::int32_t>::max();
+      return fits ? segment : nullptr;
+    }
+  }
+  return nullptr;
+}
+
 std::shared_ptr<Work> ShmGroup::do_allreduce(at::Tensor& tensor, const AllreduceOptions& opts) {
   at::Tensor t = tensor;
+  auto desc = describe_call(CollectiveKind::kAllreduce, t, static_cast<int>(opts.op));
+  std::size_t offset = 0;
+  const bool large = t.numel() * t.element_size() > algorithm_options_.small_bytes;
+  if (auto segment = large ? find_shared(t, offset) : nullptr) {
+    desc.shared = 1;
+    desc.root = static_cast<std::int32_t>(offset / 64);
+    return enqueue(desc, [t, op = opts.op, segment, offset](shm::Channel& ch) mutable {
+      shm::allreduce_shared(ch, *segment, offset, t, op);
+    });
+  }
   auto small = algorithm_options_;
-  return enqueue(describe_call(CollectiveKind::kAllreduce, t, static_cast<int>(opts.op)),
+  return enqueue(desc,
                  [t, op = opts.op, small](shm::Channel& ch) mutable {
                    shm::allreduce(ch, t, op, small);
                  });

@@ -12,12 +12,14 @@
 #include <memory>
 #include <mutex>
 #include <thread>
+#include <vector>
 
 #include "comm/backends/backend_args.h"
 #include "comm/backends/shm/algorithms.h"
 #include "comm/backends/shm/channel.h"
 #include "comm/backends/shm/segment.h"
 #include "comm/backends/shm/wait.h"
+#include "comm/shared_memory.h"
 #include "dpx/comm/process_group.h"
 
 namespace dpx::detail {
@@ -49,7 +51,9 @@ class ShmWork : public CompletionWork {
   std::atomic<bool> finished_{false};
 };
 
-class ShmGroup : public ProcessGroup, public std::enable_shared_from_this<ShmGroup> {
+class ShmGroup : public ProcessGroup,
+                 public SharedMemory,
+                 public std::enable_shared_from_this<ShmGroup> {
  public:
   explicit ShmGroup(const BackendArgs& args);
   // Runs the collectives still queued (each ends within the timeout), then unmaps.
@@ -64,6 +68,9 @@ class ShmGroup : public ProcessGroup, public std::enable_shared_from_this<ShmGro
   // Marks the group failed for a reason found outside it (a hierarchical group's lost host):
   // every peer's current and next collective fails with `kind`'s error type and `message`.
   void abort(shm::AbortKind kind, const std::string& message);
+
+  // Note [Shared buckets] (comm/shared_memory.h): a segment of its own, one part per rank.
+  at::Tensor allocate_shared(std::size_t bytes) override;
 
   // The segment's name while it existed (for tests: it must be gone from /dev/shm).
   const std::string& segment_name() const { return segment_->name(); }
@@ -90,6 +97,9 @@ class ShmGroup : public ProcessGroup, public std::enable_shared_from_this<ShmGro
   bool claim(Task& task);  // a waiting caller takes the next collective unless one is running
   void release();          // after running a claimed one
   void execute(Task& task);
+  // The shared segment `tensor` lies in (whole, contiguous, 64-byte aligned) and its offset in
+  // this rank's part; null where it lies elsewhere.
+  std::shared_ptr<shm::Segment> find_shared(const at::Tensor& tensor, std::size_t& offset);
 
   // Kept for the group's life: on rank 0 it may host the TCP store the other ranks still use.
   std::shared_ptr<Store> store_;
@@ -97,6 +107,8 @@ class ShmGroup : public ProcessGroup, public std::enable_shared_from_this<ShmGro
   std::unique_ptr<shm::Waiter> waiter_;
   std::unique_ptr<shm::Channel> channel_;
   shm::AlgorithmOptions algorithm_options_;
+  bool shared_buckets_ = true;  // DPX_SHM_SHARED_BUCKETS
+  std::vector<std::weak_ptr<shm::Segment>> shared_;  // under mutex_
   std::exception_ptr broken_;  // the error that made the group unusable; worker thread only
 
   std::mutex mutex_;

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cstring>
 #include <type_traits>
+#include <vector>
 
 namespace dpx::detail::shm {
 namespace {
@@ -126,6 +127,19 @@ void reduce(at::ScalarType dtype, ReduceOp op, void* dst, const void* const* src
     case ReduceOp::kProduct: return dispatch<Product>(dtype, dst, srcs, nsrcs, n, 1);
     case ReduceOp::kMin: return dispatch<Min>(dtype, dst, srcs, nsrcs, n, 1);
     case ReduceOp::kMax: return dispatch<Max>(dtype, dst, srcs, nsrcs, n, 1);
+  }
+}
+
+void reduce_to_all(at::ScalarType dtype, ReduceOp op, void* const* dsts, int ndsts,
+                   const void* const* srcs, int nsrcs, std::int64_t n, int world) {
+  const std::size_t es = c10::elementSize(dtype);
+  alignas(64) unsigned char block[kBlock * sizeof(double)];
+  std::vector<const void*> at_block(nsrcs);
+  for (std::int64_t i = 0; i < n; i += kBlock) {
+    const std::int64_t m = std::min(kBlock, n - i);
+    for (int k = 0; k < nsrcs; ++k) at_block[k] = static_cast<const char*>(srcs[k]) + i * es;
+    reduce(dtype, op, block, at_block.data(), nsrcs, m, world);
+    for (int d = 0; d < ndsts; ++d) std::memcpy(static_cast<char*>(dsts[d]) + i * es, block, m * es);
   }
 }
 

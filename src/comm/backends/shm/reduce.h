@@ -16,4 +16,9 @@ namespace dpx::detail::shm {
 void reduce(at::ScalarType dtype, ReduceOp op, void* dst, const void* const* srcs, int nsrcs,
             std::int64_t n, int world);
 
+// reduce() into each of `ndsts` destinations, which may be sources: block by block, each block
+// is reduced into a private buffer first.
+void reduce_to_all(at::ScalarType dtype, ReduceOp op, void* const* dsts, int ndsts,
+                   const void* const* srcs, int nsrcs, std::int64_t n, int world);
+
 }  // namespace dpx::detail::shm

@@ -48,29 +48,27 @@ char* map(int fd, std::size_t bytes, const std::string& where) {
 
 // Sizes the memory file and reserves every page of it now: without the reservation a short
 // memory limit shows up as SIGBUS inside the first collective that touches a missing page.
-void reserve(int fd, std::size_t bytes, const std::string& where) {
+void reserve(int fd, std::size_t bytes, const std::string& purpose, const std::string& where) {
   if (::ftruncate(fd, static_cast<off_t>(bytes)) != 0) {
     fail_errno(where, "sizing the segment to " + std::to_string(bytes) + " bytes", errno);
   }
   int e = ::posix_fallocate(fd, 0, static_cast<off_t>(bytes));
   if (e != 0 && e != EOPNOTSUPP) {
     throw DistributedError(where + "shm backend: could not reserve " + mib(bytes) +
-                           " of shared memory for the group (" + std::strerror(e) +
-                           "). The group needs 2 x DPX_SHM_SLOT_BYTES x world plus a page or "
-                           "two; free memory or raise the memory limit, lower "
-                           "DPX_SHM_SLOT_BYTES, or use DPX_BACKEND=gloo.");
+                           " of shared memory for the group (" + std::strerror(e) + "). " +
+                           purpose);
   }
 }
 
 // Rank 0: create, size, reserve and map a fresh memory file and fill in its header. Returns
 // the mapping; `fd` stays open until every peer has mapped it (Note [No name] in segment.h).
 char* create(int& fd, std::size_t bytes, int world, std::size_t slot_bytes,
-             const std::string& where) {
+             const std::string& purpose, const std::string& where) {
   fd = ::memfd_create("dpx-shm", MFD_CLOEXEC);
   if (fd < 0) fail_errno(where, "memfd_create", errno);
   char* base = nullptr;
   try {
-    reserve(fd, bytes, where);
+    reserve(fd, bytes, purpose, where);
     base = map(fd, bytes, where);
   } catch (...) {
     ::close(fd);
@@ -154,17 +152,17 @@ constexpr const char* kErrorMark = "error:";
 }  // namespace
 
 Segment::Segment(std::string name, char* base, std::size_t bytes, int world,
-                 std::size_t slot_bytes)
+                 std::size_t slot_bytes, int slots)
     : name_(std::move(name)), base_(base), bytes_(bytes), world_(world), slot_bytes_(slot_bytes),
-      data_offset_(data_offset(world)) {}
+      slots_(static_cast<std::size_t>(slots)), data_offset_(data_offset(world)) {}
 
 Segment::~Segment() { ::munmap(base_, bytes_); }
 
 std::unique_ptr<Segment> Segment::open(Store& store, int rank, int world,
                                        const SegmentOptions& options, const std::string& where) {
   const std::size_t slot = round_up(options.slot_bytes, kPage);
-  const std::size_t bytes = data_offset(world) + 2 * slot * world;
-  const std::string prefix = next_round(store, "shm", rank);
+  const std::size_t bytes = data_offset(world) + options.slots_per_rank * slot * world;
+  const std::string prefix = next_round(store, options.round, rank);
   if (rank == 0) {
     return open_as_creator(store, prefix, bytes, world, slot, options, where);
   }
@@ -188,7 +186,8 @@ std::unique_ptr<Segment> Segment::open(Store& store, int rank, int world,
     done_reading(store, prefix, rank);
     throw DistributedError(where + "shm backend: " + e.what());
   }
-  std::unique_ptr<Segment> seg(new Segment(path, base, bytes, world, slot));
+  std::unique_ptr<Segment> seg(
+      new Segment(path, base, bytes, world, slot, options.slots_per_rank));
   seg->control(rank).pid.store(::getpid());
   store.set(mapped, "1");
   store.wait({prefix + "ready"}, options.timeout);
@@ -207,14 +206,15 @@ std::unique_ptr<Segment> Segment::open_as_creator(Store& store, const std::strin
   int fd = -1;
   char* base = nullptr;
   try {
-    base = create(fd, bytes, world, slot, where);
+    base = create(fd, bytes, world, slot, options.purpose, where);
   } catch (const std::exception& e) {
     store.set(prefix + "name", kErrorMark + std::string(e.what()));
     wait_until_read(store, prefix, ranks_but_0(world), std::min(options.timeout, kReadLimit));
     throw;
   }
   const std::string path = "/proc/" + std::to_string(::getpid()) + "/fd/" + std::to_string(fd);
-  std::unique_ptr<Segment> seg(new Segment(path, base, bytes, world, slot));
+  std::unique_ptr<Segment> seg(
+      new Segment(path, base, bytes, world, slot, options.slots_per_rank));
   seg->control(0).pid.store(::getpid());
   std::vector<std::string> mapped;
   for (int r = 1; r < world; ++r) mapped.push_back(prefix + "mapped/" + std::to_string(r));

@@ -1,6 +1,7 @@
 // The shared-memory segment of one shm group: a header, one control block per rank and two
 // data slots per rank (double-buffered, so a fast rank can start the next round while a slow
-// one still reads the last).
+// one still reads the last). DDP's shared buckets (Note [Shared buckets] in
+// comm/shared_memory.h) are a segment of their own with one slot per rank.
 //
 // Setup (Segment::open, collective over the group's store):
 //   1. Each rank takes its next round g of "shm" (Note [Store rounds] in store/round.h), so
@@ -69,7 +70,13 @@ struct alignas(64) Header {
 };
 
 struct SegmentOptions {
-  std::size_t slot_bytes = 1 << 20;  // one data slot; each rank has two
+  std::size_t slot_bytes = 1 << 20;  // one data slot
+  int slots_per_rank = 2;            // a group's channel double-buffers; shared buckets need one
+  std::string round = "shm";         // the store round its set-up takes (Note [Store rounds])
+  // What the memory is for and how to need less of it, for the error when it cannot be reserved.
+  std::string purpose = "The group needs 2 x DPX_SHM_SLOT_BYTES x world plus a page or two; "
+                        "free memory or raise the memory limit, lower DPX_SHM_SLOT_BYTES, or use "
+                        "DPX_BACKEND=gloo.";
   std::chrono::milliseconds timeout = std::chrono::seconds(60);
 };
 
@@ -87,7 +94,8 @@ class Segment {
     return reinterpret_cast<RankControl*>(base_ + sizeof(Header))[rank];
   }
   char* slot(int rank, std::uint64_t round) const {
-    return base_ + data_offset_ + (2 * static_cast<std::size_t>(rank) + round % 2) * slot_bytes_;
+    return base_ + data_offset_ +
+           (slots_ * static_cast<std::size_t>(rank) + round % slots_) * slot_bytes_;
   }
   std::size_t slot_bytes() const { return slot_bytes_; }
   int world() const { return world_; }
@@ -95,7 +103,8 @@ class Segment {
   const std::string& name() const { return name_; }
 
  private:
-  Segment(std::string name, char* base, std::size_t bytes, int world, std::size_t slot_bytes);
+  Segment(std::string name, char* base, std::size_t bytes, int world, std::size_t slot_bytes,
+          int slots);
   static std::unique_ptr<Segment> open_as_creator(Store& store, const std::string& prefix,
                                                   std::size_t bytes, int world, std::size_t slot,
                                                   const SegmentOptions& options,
@@ -106,6 +115,7 @@ class Segment {
   std::size_t bytes_;
   int world_;
   std::size_t slot_bytes_;
+  std::size_t slots_;
   std::size_t data_offset_;
 };
 
