@@ -154,15 +154,16 @@ TEST(MemoryPolicy, ThreadsAllocatingAndFreeingAtOnceStayWithinTheLimit) {
   });
 }
 
-// Sizes that keep changing (one at a time, each a new size class) are not all kept: the cache
-// holds at most what was live at once (Note [Cache bound]), here one block of at most 4 MiB.
-TEST(MemoryPolicy, TheCacheHoldsNoMoreThanWasLiveAtOnce) {
+// Sizes that keep changing (one at a time, each a new size class; 40 MiB in all) are not all
+// kept: the cache holds at most twice what was live at once (Note [Cache bound]), here twice one
+// block of at most 4 MiB.
+TEST(MemoryPolicy, TheCacheHoldsNoMoreThanTwiceWhatWasLiveAtOnce) {
   run_in_child([] {
     apply_memory_policy(MemoryPolicy::kRetain);
     for (int i = 0; i < 24; ++i) {
       torch::empty({(1 << 16) + i * (1 << 15)});  // 256 KiB growing to 3.1 MiB, one at a time
     }
-    EXPECT_LE(cache().cached_bytes(), 4 * kMiB);
+    EXPECT_LE(cache().cached_bytes(), 8 * kMiB);
     EXPECT_GT(cache().cached_bytes(), 0u);
     {
       auto a = torch::empty({1 << 20}), b = torch::empty({1 << 20});  // 8 MiB live at once

@@ -221,7 +221,7 @@ TEST(ShmBackend, DisagreeingRanksGetAClearErrorAndStayUsable) {
   test::expect_all_ok(results);
 }
 
-// Note [Shared buckets]: a tensor in the group's shared memory is reduced in place, to the same
+// A tensor in the group's shared memory (Note [Shared buckets]) is reduced in place, to the same
 // bits as the copying path (rank order), on every rank, at any offset the ranks agree on.
 TEST(ShmBackend, SharedMemoryReducesInPlaceToTheCopyingPathsBits) {
   for (int world : {2, 3}) {

@@ -28,20 +28,24 @@ namespace dpx::detail {
 // until the small blocks around it are freed and merged. Measured with a 64 MiB tensor per step,
 // the heap grew by 7 such blocks before it settled. Per-thread arenas kept unmapping blocks above
 // 64 MiB as well.
-// The cache holds at most `limit` bytes of free blocks, and never more than the most bytes that
-// were handed out at once (Note [Cache bound]). A block freed beyond that first pushes out blocks
+// The cache holds at most `limit` bytes of free blocks, and never more than twice the most bytes
+// that were handed out at once (Note [Cache bound]). A block freed beyond that first pushes out blocks
 // of the classes asked for least recently (sizes a past phase used, e.g. evaluation), and goes
 // back to malloc if that is not enough. Tensors allocated before the cache was installed keep
 // their own deleter.
 //
 // Note [Cache bound]
-// A training step frees and asks again for what it had live at its peak, so a cache as large as
-// that peak serves every request of the next step; more than that can only hold sizes that are
-// not asked for again. A program whose sizes keep changing (a soak of 10,000 random
-// collectives, varying batch shapes) otherwise filled the cache up to `limit` (a quarter of the
-// memory, per local rank) with blocks of sizes gone by: 716 MiB after 2,000 random collectives
-// and growing, where the peak of live blocks was about 100 MiB (docs/performance.md, "Memory of
-// a long run").
+// A training step frees and asks again for what it had live at its peak, and more: a block freed
+// in backward (an activation) serves only a request of its own size class, so the temporaries
+// and gradients backward asks for while activations are still live need blocks of their own.
+// Bounded by the peak alone, the cache let those go at the end of every step and the next step
+// faulted them in again: the Fashion-MNIST CNN took 9,200 page faults per step on 2 ranks
+// (18 MB per rank), a 24 M-parameter MLP whose gradients are transient (Note [Shared buckets])
+// 33,000; bounded by twice the peak, 1 and 4 (`dpx-bench ddp`). Without a bound, a program whose
+// sizes keep changing (a soak of 10,000 random collectives, varying batch shapes) filled the
+// cache up to `limit` (a quarter of the memory, per local rank) with blocks of sizes gone by:
+// 716 MiB after 2,000 random collectives and growing, where the peak of live blocks was about
+// 100 MiB (docs/performance.md, "Memory of a long run"); twice the peak stops that at 200 MiB.
 class CpuBlockCache final : public compat::Allocator {
  public:
   static constexpr std::size_t kMinBytes = 256 * 1024;
@@ -79,7 +83,7 @@ class CpuBlockCache final : public compat::Allocator {
  private:
   explicit CpuBlockCache(std::size_t limit);
   static void release(void* ptr);
-  // What the cache may hold now: the limit, or less while the peak of live blocks is lower.
+  // What the cache may hold now: the limit, or less while twice the peak of live blocks is lower.
   // Needs mutex_.
   std::size_t bound() const;
   // Records `p` (of class `size`) as handed out. Needs mutex_.
