@@ -32,6 +32,7 @@ struct Args {
   int batch = 64;
   int threads = 1;  // intra-op threads per process
   int mlp_width = 4096;
+  int world = 2;  // ranks of the DDP, hand-written and Python configurations; independent processes
   std::string device = "cpu";  // or cuda: process r on GPU r (modulo the GPUs present)
   bool python = true;
   std::vector<std::string> models = {"cnn", "mlp"};
@@ -52,7 +53,7 @@ enum class Mode {
   kPython2, kPython2Retain
 };
 
-const char* name_of(Mode m) {
+const char* base_name_of(Mode m) {
   switch (m) {
     case Mode::kPlain: return "plain LibTorch, 1 process";
     case Mode::kPlainRetain: return "plain LibTorch, 1 process, retained memory";
@@ -70,8 +71,21 @@ const char* name_of(Mode m) {
   return "?";
 }
 
-int world_of(Mode m) {
-  return m == Mode::kPlain || m == Mode::kPlainRetain || m == Mode::kDdp1 ? 1 : 2;
+// The names above are written for 2 ranks; --world N says N.
+std::string for_world(std::string text, int world) {
+  if (world == 2) return text;
+  for (const std::string from : {"2 ranks", "2 independent"}) {
+    for (auto at = text.find(from); at != std::string::npos; at = text.find(from, at + 1)) {
+      text.replace(at, 1, std::to_string(world));
+    }
+  }
+  return text;
+}
+
+std::string name_of(Mode m, int world) { return for_world(base_name_of(m), world); }
+
+int world_of(Mode m, int world) {
+  return m == Mode::kPlain || m == Mode::kPlainRetain || m == Mode::kDdp1 ? 1 : world;
 }
 bool is_pair(Mode m) { return m == Mode::kPlainPair || m == Mode::kPlainPairRetain; }
 bool is_python(Mode m) { return m == Mode::kPython2 || m == Mode::kPython2Retain; }
@@ -122,7 +136,7 @@ void train(Model model, const Args& a, Mode mode, const std::string& model_name,
   ProcessOptions process;
   process.apply_memory_policy = is_ddp(mode);
   if (communicates(mode)) init_process(process);
-  const int world = world_of(mode);
+  const int world = world_of(mode, a.world);
   // Chosen in the forked child: the parent never makes a CUDA context (a child could not use it).
   const at::Device device = cuda::local_device(at::Device(a.device), rank);
   if (!device.is_cpu()) model->to(device);
@@ -226,7 +240,7 @@ std::string self_dir() {
 }
 
 Sample run(const Args& a, Mode mode, const std::string& model, const std::string& dir) {
-  const int procs = is_pair(mode) ? 2 : world_of(mode);
+  const int procs = world_of(mode, a.world);
   const std::string prefix = dir + "/" + model + std::to_string(static_cast<int>(mode));
   std::shared_ptr<Store> server;
   if (communicates(mode)) {
@@ -248,7 +262,7 @@ Sample run(const Args& a, Mode mode, const std::string& model, const std::string
       }
       const std::string script = std::string(DPX_BENCH_SOURCE_DIR) + "/python/ddp_baseline.py";
       std::vector<std::string> argv = {DPX_PYTHON, script, "--model", model, "--world",
-                                       "2", "--steps",
+                                       std::to_string(a.world), "--steps",
                                        std::to_string(model == "cnn" ? a.cnn_steps : a.mlp_steps),
                                        "--warmup", std::to_string(a.warmup), "--batch",
                                        std::to_string(a.batch), "--threads",
@@ -298,7 +312,8 @@ Sample run(const Args& a, Mode mode, const std::string& model, const std::string
       if (why.empty() && std::getline(in, line)) why = ": rank " + std::to_string(r) + ": " + line;
       std::remove(path.c_str());
     }
-    TORCH_CHECK(false, name_of(mode), " (", model, ")", why.empty() ? " failed or timed out" : why);
+    TORCH_CHECK(false, name_of(mode, a.world), " (", model, ")",
+                why.empty() ? " failed or timed out" : why);
   }
   double max_secs = 0, cpu = 0, faults = 0, comm = NAN, exposed = NAN;
   for (int r = 0; r < procs; ++r) {
@@ -356,6 +371,9 @@ void add_flags(CLI::App& app, Args& a) {
       ->check(positive);
   app.add_option("--mlp-width", a.mlp_width, "hidden width of the MLP (default 4096)")
       ->check(positive);
+  app.add_option("--world", a.world, "ranks of the DDP, hand-written and Python DDP "
+                 "configurations, and how many independent processes (default 2)")
+      ->check(at_least(2));
   app.add_flag("!--no-python", a.python, "skip the Python DDP baseline");
   app.add_option("--models", a.models, "cnn,mlp (default both)")
       ->delimiter(',')
@@ -395,7 +413,8 @@ void report(const Args& a, const std::string& model, const std::vector<Mode>& mo
   std::printf("|---|---:|---:|---:|---:|---:|\n");
   for (auto m : modes) {
     const auto& s = med[m];
-    std::printf("| %s | %.1f | %.3f | %.0f | %s | %s |\n", name_of(m), s.samples_per_s,
+    std::printf("| %s | %.1f | %.3f | %.0f | %s | %s |\n", name_of(m, a.world).c_str(),
+                s.samples_per_s,
                 s.cpu_per_1000, s.faults_per_step,
                 std::isnan(s.comm_ms) ? "" : std::to_string(s.comm_ms).substr(0, 7).c_str(),
                 std::isnan(s.exposed_ms) ? "" : std::to_string(s.exposed_ms).substr(0, 7).c_str());
@@ -408,8 +427,8 @@ void report(const Args& a, const std::string& model, const std::vector<Mode>& mo
   // Each ratio prints only when both of its configurations ran (see --configs).
   auto line = [&](const char* what, Mode a_, Mode b_) {
     if (!med.count(a_) || !med.count(b_)) return;
-    std::printf("- %s: %.3f throughput, %.3f CPU per sample\n", what, ratio(a_, b_, false),
-                ratio(a_, b_, true));
+    std::printf("- %s: %.3f throughput, %.3f CPU per sample\n", for_world(what, a.world).c_str(),
+                ratio(a_, b_, false), ratio(a_, b_, true));
   };
   std::printf("\n");
   line("dpx DDP 2 ranks / 2 independent processes", Mode::kDdp2, Mode::kPlainPair);
@@ -425,7 +444,8 @@ void report(const Args& a, const std::string& model, const std::vector<Mode>& mo
   line("dpx DDP 2 ranks / Python DDP", Mode::kDdp2, Mode::kPython2);
   line("dpx DDP 2 ranks / Python DDP, glibc keeping freed memory", Mode::kDdp2,
        Mode::kPython2Retain);
-  std::printf("- dpx DDP 2 ranks exposed / total communication: %.3f\n",
+  std::printf("- %s: %.3f\n", for_world("dpx DDP 2 ranks exposed / total communication",
+                                        a.world).c_str(),
               med.count(Mode::kDdp2) ? med[Mode::kDdp2].exposed_ms / med[Mode::kDdp2].comm_ms
                                      : static_cast<double>(NAN));
 }
@@ -462,7 +482,8 @@ int run_ddp_bench(const Args& a, const std::vector<std::string>& argv) {
         auto s = run(a, m, model, dir);
         results[model][m].push_back(s);
         std::fprintf(stderr, "round %d %s %-40s %9.1f samples/s %7.3f cpu-s/1000 %8.0f faults/step\n",
-                     round, model.c_str(), name_of(m), s.samples_per_s, s.cpu_per_1000,
+                     round, model.c_str(), name_of(m, a.world).c_str(), s.samples_per_s,
+                     s.cpu_per_1000,
                      s.faults_per_step);
       }
     }
