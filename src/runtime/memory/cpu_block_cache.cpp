@@ -152,7 +152,7 @@ void CpuBlockCache::uncount_outside(std::size_t bytes) const {
   live_bytes_ -= std::min(bytes, live_bytes_);
 }
 
-// Note [Cache bound]: twice the peak, so backward's blocks of other size classes stay too.
+// Twice the peak, so backward's blocks of other size classes stay too (Note [Cache bound]).
 std::size_t CpuBlockCache::bound() const { return std::min(limit_, 2 * peak_live_); }
 
 bool CpuBlockCache::make_room(std::size_t bytes, std::size_t keep_class) const {
