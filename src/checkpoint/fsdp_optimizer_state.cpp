@@ -83,7 +83,9 @@ c10::IValue full_optimizer_state_dict(const torch::nn::Module& module,
   for (const auto& g : local.at("param_groups").toListRef()) {
     auto group = g.toGenericDict().copy();
     auto params = c10::impl::GenericList(c10::StringType::get());
-    for (const auto& index : group.at("params").toListRef()) params.push_back(names.get(index.toInt()));
+    for (const auto& index : group.at("params").toListRef()) {
+      params.push_back(names.get(index.toInt()));
+    }
     group.insert_or_assign("params", params);
     groups.push_back(group);
   }

@@ -137,14 +137,17 @@ void CpuBlockCache::release(void* ptr) {
 
 void CpuBlockCache::hand_out(void* p, std::size_t size) const {
   live_[p] = size;
-  live_bytes_ += size;
+  add_live(size);
+}
+
+void CpuBlockCache::add_live(std::size_t bytes) const {
+  live_bytes_ += bytes;
   peak_live_ = std::max(peak_live_, live_bytes_);
 }
 
 void CpuBlockCache::count_outside(std::size_t bytes) const {
   std::lock_guard<std::mutex> lock(mutex_);
-  live_bytes_ += bytes;
-  peak_live_ = std::max(peak_live_, live_bytes_);
+  add_live(bytes);
 }
 
 void CpuBlockCache::uncount_outside(std::size_t bytes) const {

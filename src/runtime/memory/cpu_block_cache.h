@@ -29,9 +29,9 @@ namespace dpx::detail {
 // the heap grew by 7 such blocks before it settled. Per-thread arenas kept unmapping blocks above
 // 64 MiB as well.
 // The cache holds at most `limit` bytes of free blocks, and never more than twice the most bytes
-// that were handed out at once (Note [Cache bound]). A block freed beyond that first pushes out blocks
-// of the classes asked for least recently (sizes a past phase used, e.g. evaluation), and goes
-// back to malloc if that is not enough. Tensors allocated before the cache was installed keep
+// that were handed out at once (Note [Cache bound]). A block freed beyond that first pushes out
+// blocks of the classes asked for least recently (sizes a past phase used, e.g. evaluation), and
+// goes back to malloc if that is not enough. Tensors allocated before the cache was installed keep
 // their own deleter.
 //
 // Note [Cache bound]
@@ -88,6 +88,8 @@ class CpuBlockCache final : public compat::Allocator {
   std::size_t bound() const;
   // Records `p` (of class `size`) as handed out. Needs mutex_.
   void hand_out(void* p, std::size_t size) const;
+  // Adds to the bytes handed out and their peak. Needs mutex_.
+  void add_live(std::size_t bytes) const;
   // Frees cached blocks of other classes, least recently asked for first, until `bytes` more fit
   // under bound(). Needs mutex_.
   bool make_room(std::size_t bytes, std::size_t keep_class) const;

@@ -85,14 +85,10 @@ void allreduce_shared(Channel& ch, const Segment& shared, std::size_t offset, at
   const std::size_t es = t.element_size();
   const int world = ch.world(), me = ch.rank();
   const Slice own = slice(t.numel(), world, me, es);
-  std::vector<const void*> srcs(world);
-  std::vector<void*> dsts(world);
-  for (int q = 0; q < world; ++q) {
-    dsts[q] = shared.slot(q, 0) + offset + own.begin * es;
-    srcs[q] = dsts[q];
-  }
+  std::vector<void*> parts(world);  // the own slice of every rank's tensor
+  for (int q = 0; q < world; ++q) parts[q] = shared.slot(q, 0) + offset + own.begin * es;
   ch.sync();  // every rank's tensor is complete
-  reduce_to_all(t.scalar_type(), op, dsts.data(), world, srcs.data(), world, own.size, world);
+  reduce_into_all(t.scalar_type(), op, parts.data(), world, own.size, world);
   ch.sync();  // every slice is written everywhere
   ch.next_round();
 }

@@ -130,16 +130,18 @@ void reduce(at::ScalarType dtype, ReduceOp op, void* dst, const void* const* src
   }
 }
 
-void reduce_to_all(at::ScalarType dtype, ReduceOp op, void* const* dsts, int ndsts,
-                   const void* const* srcs, int nsrcs, std::int64_t n, int world) {
+void reduce_into_all(at::ScalarType dtype, ReduceOp op, void* const* parts, int nparts,
+                     std::int64_t n, int world) {
   const std::size_t es = c10::elementSize(dtype);
   alignas(64) unsigned char block[kBlock * sizeof(double)];
-  std::vector<const void*> at_block(nsrcs);
+  std::vector<const void*> at_block(nparts);
   for (std::int64_t i = 0; i < n; i += kBlock) {
     const std::int64_t m = std::min(kBlock, n - i);
-    for (int k = 0; k < nsrcs; ++k) at_block[k] = static_cast<const char*>(srcs[k]) + i * es;
-    reduce(dtype, op, block, at_block.data(), nsrcs, m, world);
-    for (int d = 0; d < ndsts; ++d) std::memcpy(static_cast<char*>(dsts[d]) + i * es, block, m * es);
+    for (int k = 0; k < nparts; ++k) at_block[k] = static_cast<const char*>(parts[k]) + i * es;
+    reduce(dtype, op, block, at_block.data(), nparts, m, world);
+    for (int k = 0; k < nparts; ++k) {
+      std::memcpy(static_cast<char*>(parts[k]) + i * es, block, m * es);
+    }
   }
 }
 

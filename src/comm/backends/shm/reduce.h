@@ -16,9 +16,9 @@ namespace dpx::detail::shm {
 void reduce(at::ScalarType dtype, ReduceOp op, void* dst, const void* const* srcs, int nsrcs,
             std::int64_t n, int world);
 
-// reduce() into each of `ndsts` destinations, which may be sources: block by block, each block
-// is reduced into a private buffer first.
-void reduce_to_all(at::ScalarType dtype, ReduceOp op, void* const* dsts, int ndsts,
-                   const void* const* srcs, int nsrcs, std::int64_t n, int world);
+// reduce() of the `nparts` parts, written back into every one of them: block by block, each
+// block is reduced into a private buffer first, so a part is read before it is overwritten.
+void reduce_into_all(at::ScalarType dtype, ReduceOp op, void* const* parts, int nparts,
+                     std::int64_t n, int world);
 
 }  // namespace dpx::detail::shm
