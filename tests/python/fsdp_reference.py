@@ -94,7 +94,14 @@ def run_rank(rank, world, folder, optimizer, tied, dtype, policy):
     if rank == 0:
         torch.save(full, f"{folder}/final.pt")
         torch.save(optim, f"{folder}/final_optim.pt")
-    dist.destroy_process_group()
+    # Every rank's work is done once all pass this barrier. The process then leaves without
+    # tearing down gloo: under load, a rank's teardown has ended in std::terminate ("terminate
+    # called without an active exception") after its work was done, failing the run for a
+    # reason that is not the training compared here.
+    dist.barrier()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
 
 
 def main():

@@ -1,10 +1,15 @@
 #include "support/slurm_cluster.h"
 
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <cstdlib>
 #include <fstream>
 #include <iterator>
+#include <random>
+
+#include "dpx/runtime/slurm.h"
 
 namespace dpx::test {
 namespace {
@@ -24,6 +29,25 @@ std::string sh_output(const std::string& command) {
 std::string slurp(const std::string& path) {
   std::ifstream in(path);
   return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+}
+
+// A job's processes meet on port_from_job_id(job id), as on a real cluster. Each test cluster
+// numbers its jobs from a random first id whose port nobody holds now, so that clusters of tests
+// running at once (whose ids would all start at 1) do not derive the same port.
+int first_job_id() {
+  std::mt19937 pick(std::random_device{}());
+  for (int attempt = 0; attempt < 200; ++attempt) {
+    const int id = 1 + static_cast<int>(pick() % 9999);
+    const int fd = socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_ANY);
+    a.sin_port = htons(static_cast<uint16_t>(port_from_job_id(id)));
+    const bool free = bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) == 0;
+    close(fd);
+    if (free) return id;
+  }
+  return 1;
 }
 
 }  // namespace
@@ -50,6 +74,7 @@ std::string SlurmCluster::start() {
        << "SlurmctldLogFile=" << d << "/slurmctld.log\nSlurmdLogFile=" << d << "/slurmd.log\n"
        << "ProctrackType=proctrack/pgid\nTaskPlugin=task/none\nSelectType=select/linear\n"
        << "MpiDefault=none\nReturnToService=2\nSlurmUser=root\nSlurmdUser=root\n"
+       << "FirstJobId=" << first_job_id() << "\n"
        << "JobAcctGatherType=jobacct_gather/none\n"
        << "AccountingStorageType=accounting_storage/none\n"
        // More CPUs than the machine has, so that a few small ranks fit on a small runner.

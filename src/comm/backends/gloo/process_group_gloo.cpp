@@ -8,6 +8,7 @@
 #include "comm/backends/gloo/device.h"
 #include "comm/backends/gloo/translate.h"
 #include "store/c10d_adapter.h"
+#include "store/round.h"
 #include "dpx/store/errors.h"
 #include "dpx/observe/timeline.h"
 #include "runtime/env_read.h"
@@ -75,6 +76,11 @@ GlooGroup::GlooGroup(const BackendArgs& args)
   } catch (const std::exception& e) {
     rethrow_gloo_error(e, where(), "connect to the other ranks", args.options.timeout);
   }
+  // Gloo's connect can finish on one rank while a peer is still reading that rank's side of
+  // the handshake; a rank that then had nothing to do and left closed its sockets under the
+  // peer, whose connect failed with "peer closed its connection". No rank leaves the
+  // constructor before every rank is connected.
+  store_all_gather(*store_, "gloo-connected", rank(), size(), "", options().timeout);
   if (size() > 1) issuer_ = std::make_unique<Issuer>(options().timeout, where());
 }
 
