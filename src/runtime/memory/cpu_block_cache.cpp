@@ -145,16 +145,6 @@ void CpuBlockCache::add_live(std::size_t bytes) const {
   peak_live_ = std::max(peak_live_, live_bytes_);
 }
 
-void CpuBlockCache::count_outside(std::size_t bytes) const {
-  std::lock_guard<std::mutex> lock(mutex_);
-  add_live(bytes);
-}
-
-void CpuBlockCache::uncount_outside(std::size_t bytes) const {
-  std::lock_guard<std::mutex> lock(mutex_);
-  live_bytes_ -= std::min(bytes, live_bytes_);
-}
-
 // Twice the peak, so backward's blocks of other size classes stay too (Note [Cache bound]).
 std::size_t CpuBlockCache::bound() const { return std::min(limit_, 2 * peak_live_); }
 

@@ -41,9 +41,11 @@ namespace dpx::detail {
 // Bounded by the peak alone, the cache let those go at the end of every step and the next step
 // faulted them in again: the Fashion-MNIST CNN took 9,200 page faults per step on 2 ranks
 // (18 MB per rank), a 24 M-parameter MLP whose gradients are transient (Note [Shared buckets])
-// 33,000; bounded by twice the peak, 1 and 4 (`dpx-bench ddp`). Without a bound, a program whose
-// sizes keep changing (a soak of 10,000 random collectives, varying batch shapes) filled the
-// cache up to `limit` (a quarter of the memory, per local rank) with blocks of sizes gone by:
+// 33,000; bounded by twice the peak, 1 and 4 (`dpx-bench ddp`). The shared buckets need no
+// account here: counted as handed out or not, the MLP on them faulted 2-7 times per step
+// (alternated, 3 rounds). Without a bound, a program whose sizes keep changing (a soak of
+// 10,000 random collectives, varying batch shapes) filled the cache up to `limit` (a quarter of
+// the memory, per local rank) with blocks of sizes gone by:
 // 716 MiB after 2,000 random collectives and growing, where the peak of live blocks was about
 // 100 MiB (docs/performance.md, "Memory of a long run"); twice the peak stops that at 200 MiB.
 class CpuBlockCache final : public compat::Allocator {
@@ -64,13 +66,6 @@ class CpuBlockCache final : public compat::Allocator {
 
   c10::DataPtr allocate_block(std::size_t n) const override;
   c10::DeleterFnPtr raw_deleter() const override { return &release; }
-
-  // Tensor memory this process holds outside the cache that used to come from it: DDP's buckets
-  // in shared memory (Note [Shared buckets] in comm/shared_memory.h). It counts as handed out for
-  // the bound, or the cache of a model whose gradients live there would lose the room those
-  // buckets gave it, and fault every step (24 M-parameter MLP: 33,000 faults per step).
-  void count_outside(std::size_t bytes) const;
-  void uncount_outside(std::size_t bytes) const;
 
   std::size_t cached_bytes() const;
   std::size_t limit() const { return limit_; }

@@ -230,12 +230,8 @@ at::Tensor ShmGroup::allocate_shared(std::size_t bytes) {
     shared_.push_back(segment);
   }
   char* mine = segment->slot(rank(), 0);
-  CpuBlockCache::instance().count_outside(bytes);
   return at::from_blob(mine, {static_cast<std::int64_t>(bytes)},
-                       [segment, bytes](void*) mutable {
-                         segment.reset();
-                         CpuBlockCache::instance().uncount_outside(bytes);
-                       },
+                       [segment](void*) mutable { segment.reset(); },
                        at::kByte);
 }
 
