@@ -19,7 +19,7 @@
 #include "bench/command.h"
 #include "dpx/dpx.h"
 
-namespace dpx::bench {
+namespace dpx::bench::allreduce_bench {
 namespace {
 
 struct AllreduceArgs {
@@ -229,4 +229,4 @@ RegisterCommand reg("allreduce", "all-reduce latency and bandwidth, 4 B to 256 M
                     });
 
 }  // namespace
-}  // namespace dpx::bench
+}  // namespace dpx::bench::allreduce_bench

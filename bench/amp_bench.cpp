@@ -10,7 +10,7 @@
 #include "bench/bench_models.h"
 #include "dpx/dpx.h"
 
-namespace dpx::bench {
+namespace dpx::bench::amp_bench {
 namespace {
 
 struct AmpArgs : CompareOptions {
@@ -71,4 +71,4 @@ RegisterCommand reg("amp", "DDP steps under CPU bf16 autocast with GradScaler ag
                     });
 
 }  // namespace
-}  // namespace dpx::bench
+}  // namespace dpx::bench::amp_bench

@@ -19,7 +19,7 @@
 #include "dpx/data_parallel/data_parallel.h"
 #include "dpx/runtime/memory_policy.h"
 
-namespace dpx::bench {
+namespace dpx::bench::data_parallel_bench {
 namespace {
 
 // conv 32, conv 64, max-pool, fc 128, fc 10: PyTorch's MNIST example network, as FashionCnn in
@@ -246,4 +246,4 @@ const RegisterCommand kRegister("dp", "DataParallel vs one process: CNN training
                                 });
 
 }  // namespace
-}  // namespace dpx::bench
+}  // namespace dpx::bench::data_parallel_bench

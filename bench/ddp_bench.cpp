@@ -20,7 +20,7 @@
 #include "bench/bench_models.h"
 #include "dpx/dpx.h"
 
-namespace dpx::bench {
+namespace dpx::bench::ddp_bench {
 namespace {
 
 struct Args {
@@ -506,4 +506,4 @@ const RegisterCommand kRegister("ddp", "DDP training throughput vs plain, hand-w
                                 });
 
 }  // namespace
-}  // namespace dpx::bench
+}  // namespace dpx::bench::ddp_bench

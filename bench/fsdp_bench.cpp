@@ -9,7 +9,7 @@
 #include "bench/compare.h"
 #include "dpx/dpx.h"
 
-namespace dpx::bench {
+namespace dpx::bench::fsdp_bench {
 namespace {
 
 struct FsdpArgs : CompareOptions {
@@ -110,4 +110,4 @@ RegisterCommand reg("fsdp", "fully_shard against DDP: step time, with and withou
                     });
 
 }  // namespace
-}  // namespace dpx::bench
+}  // namespace dpx::bench::fsdp_bench

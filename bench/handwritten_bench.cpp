@@ -12,7 +12,7 @@
 #include "bench/bench_models.h"
 #include "dpx/dpx.h"
 
-namespace dpx::bench {
+namespace dpx::bench::handwritten_bench {
 namespace {
 
 struct HandwrittenArgs : CompareOptions {
@@ -98,4 +98,4 @@ RegisterCommand reg("handwritten",
                     });
 
 }  // namespace
-}  // namespace dpx::bench
+}  // namespace dpx::bench::handwritten_bench

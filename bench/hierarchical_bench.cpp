@@ -21,7 +21,7 @@
 #include "dpx/dpx.h"
 #include "bench/stats.h"
 
-namespace dpx::bench {
+namespace dpx::bench::hierarchical_bench {
 namespace {
 
 struct HierArgs {
@@ -160,4 +160,4 @@ RegisterCommand reg("hierarchical",
                     });
 
 }  // namespace
-}  // namespace dpx::bench
+}  // namespace dpx::bench::hierarchical_bench

@@ -11,7 +11,7 @@
 #include "dpx/dpx.h"
 #include "dpx/algorithms/local_sgd.h"
 
-namespace dpx::bench {
+namespace dpx::bench::local_sgd_bench {
 namespace {
 
 // One timed sample is one whole period (`steps` stays 1).
@@ -83,4 +83,4 @@ RegisterCommand reg("localsgd", "post-local SGD against DDP: time per step over 
                     });
 
 }  // namespace
-}  // namespace dpx::bench
+}  // namespace dpx::bench::local_sgd_bench

@@ -11,7 +11,7 @@
 #include "dpx/dpx.h"
 #include "dpx/algorithms/powersgd.h"
 
-namespace dpx::bench {
+namespace dpx::bench::powersgd_bench {
 namespace {
 
 struct PowerSgdArgs : CompareOptions {
@@ -73,4 +73,4 @@ RegisterCommand reg("powersgd", "DDP with powersgd_hook against plain DDP: eleme
                     });
 
 }  // namespace
-}  // namespace dpx::bench
+}  // namespace dpx::bench::powersgd_bench

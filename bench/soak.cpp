@@ -13,7 +13,7 @@
 #include "bench/command.h"
 #include "dpx/dpx.h"
 
-namespace dpx::bench {
+namespace dpx::bench::soak_bench {
 namespace {
 
 struct SoakArgs {
@@ -165,4 +165,4 @@ RegisterCommand reg("soak", "random collectives, each checked, and this rank's m
                     });
 
 }  // namespace
-}  // namespace dpx::bench
+}  // namespace dpx::bench::soak_bench

@@ -11,7 +11,7 @@
 #include "bench/compare.h"
 #include "dpx/dpx.h"
 
-namespace dpx::bench {
+namespace dpx::bench::sparse_bench {
 namespace {
 
 struct SparseArgs : CompareOptions {
@@ -99,4 +99,4 @@ RegisterCommand reg("sparse", "DDP with a sparse Embedding gradient against a de
 });
 
 }  // namespace
-}  // namespace dpx::bench
+}  // namespace dpx::bench::sparse_bench

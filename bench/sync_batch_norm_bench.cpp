@@ -10,7 +10,7 @@
 #include "dpx/dpx.h"
 #include "dpx/algorithms/sync_batch_norm.h"
 
-namespace dpx::bench {
+namespace dpx::bench::sync_batch_norm_bench {
 namespace {
 
 struct SyncBnArgs : CompareOptions {
@@ -76,4 +76,4 @@ RegisterCommand reg("syncbn", "DDP with SyncBatchNorm against BatchNorm: step ti
                     });
 
 }  // namespace
-}  // namespace dpx::bench
+}  // namespace dpx::bench::sync_batch_norm_bench

@@ -12,7 +12,7 @@
 #include "bench/command.h"
 #include "dpx/observe/timeline.h"
 
-namespace dpx::bench {
+namespace dpx::bench::timeline_bench {
 namespace {
 
 struct TimelineArgs {
@@ -68,4 +68,4 @@ const RegisterCommand kRegister("timeline", "cost of one timeline event, on and 
                                 });
 
 }  // namespace
-}  // namespace dpx::bench
+}  // namespace dpx::bench::timeline_bench

@@ -11,7 +11,7 @@
 #include "dpx/dpx.h"
 #include "dpx/algorithms/zero_redundancy_optimizer.h"
 
-namespace dpx::bench {
+namespace dpx::bench::zero_bench {
 namespace {
 
 struct ZeroArgs : CompareOptions {
@@ -74,4 +74,4 @@ RegisterCommand reg("zero", "ZeroRedundancyOptimizer against plain Adam: state b
                     });
 
 }  // namespace
-}  // namespace dpx::bench
+}  // namespace dpx::bench::zero_bench

@@ -15,18 +15,12 @@
 #include "dpx/runtime/files.h"
 #include "checkpoint/fsdp_checkpoint_parts.h"
 #include "checkpoint/optimizer_state.h"
+#include "checkpoint/torch_file.h"
 
 namespace dpx {
 namespace {
 
 using Dict = c10::impl::GenericDict;
-
-Dict any_dict() { return Dict(c10::AnyType::get(), c10::AnyType::get()); }
-
-bool is_safetensors(const std::string& path) {
-  const std::string ext = ".safetensors";
-  return path.size() >= ext.size() && path.compare(path.size() - ext.size(), ext.size(), ext) == 0;
-}
 
 void sync_directory(const std::string& dir) {
   const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY);
@@ -40,7 +34,7 @@ c10::IValue part_of(const torch::nn::Module& model, const torch::optim::Optimize
                     const TrainingProgress& progress, int rank, int world) {
   const auto shards = parameter_shards(model);
   auto tensors = Dict(c10::StringType::get(), c10::TensorType::get());
-  auto layout = any_dict();
+  auto layout = detail::any_dict();
   for (const auto& s : shards) {
     tensors.insert(s.name, s.param.detach());
     c10::List<int64_t> entry(c10::ArrayRef<int64_t>(s.full_sizes));
@@ -49,7 +43,7 @@ c10::IValue part_of(const torch::nn::Module& model, const torch::optim::Optimize
   }
   auto buffers = Dict(c10::StringType::get(), c10::TensorType::get());
   for (const auto& b : model.named_buffers()) buffers.insert(b.key(), b.value().detach());
-  auto part = any_dict();
+  auto part = detail::any_dict();
   part.insert(detail::kPartParams, tensors);
   part.insert(detail::kPartLayout, layout);
   part.insert(detail::kPartBuffers, buffers);
@@ -66,6 +60,10 @@ c10::IValue part_of(const torch::nn::Module& model, const torch::optim::Optimize
 }  // namespace
 
 namespace detail {
+
+c10::impl::GenericDict any_dict() {
+  return c10::impl::GenericDict(c10::AnyType::get(), c10::AnyType::get());
+}
 
 c10::List<std::string> optimizer_parameter_names(const std::vector<ParameterShard>& shards,
                                                  const torch::optim::Optimizer& optimizer) {
@@ -89,7 +87,7 @@ void save_full_state_dict(const torch::nn::Module& module, const std::string& pa
   auto pg = fsdp_process_group(module);
   const auto state = full_state_dict(module);  // rank 0's; empty elsewhere
   if (!pg || pg->rank() == 0) {
-    if (is_safetensors(path)) {
+    if (detail::is_safetensors(path)) {
       safetensors_save(state, path);
     } else {
       auto dict = Dict(c10::StringType::get(), c10::TensorType::get());
@@ -102,7 +100,7 @@ void save_full_state_dict(const torch::nn::Module& module, const std::string& pa
 
 void load_full_state_dict(torch::nn::Module& module, const std::string& path) {
   std::vector<std::pair<std::string, at::Tensor>> state;
-  if (is_safetensors(path)) {
+  if (detail::is_safetensors(path)) {
     state = safetensors_load(path);
   } else {
     const auto value = torch_load(path);

@@ -1,6 +1,7 @@
 // The names inside a sharded checkpoint (Note [Sharded checkpoint] in fsdp_checkpoint.h).
 #pragma once
 
+#include <ATen/core/Dict.h>
 #include <ATen/core/List.h>
 #include <torch/optim/optimizer.h>
 
@@ -28,6 +29,8 @@ int part_world(const std::string& name);
 // The step of a complete checkpoint's folder name; -1 for another name.
 int64_t sharded_step_of(const std::string& name);
 bool is_partial(const std::string& name);
+// An empty dict of any keys and values, as Python's dict.
+c10::impl::GenericDict any_dict();
 
 // Every parameter of the optimizer by its name in the model, in the optimizer's order (the
 // indices of Python's optimizer.state_dict()).

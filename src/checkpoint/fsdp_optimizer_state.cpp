@@ -14,8 +14,6 @@ namespace {
 
 using Dict = c10::impl::GenericDict;
 
-Dict any_dict() { return Dict(c10::AnyType::get(), c10::AnyType::get()); }
-
 // A state tensor shaped like its parameter's shard holds the shard's rows (exp_avg,
 // momentum_buffer); anything else (step) is the same on every rank. Decided by the parameter
 // being sharded, never by this rank's row count, so that every rank gathers the same tensors.
@@ -64,12 +62,12 @@ c10::IValue full_optimizer_state_dict(const torch::nn::Module& module,
   at::NoGradGuard no_grad;
   // Every rank walks the same parameters in the same order, so the all-gathers pair up; a
   // parameter without state yet (never stepped) has none on any rank.
-  auto state = any_dict();
+  auto state = detail::any_dict();
   for (size_t i = 0; i < names.size(); ++i) {
     const int64_t index = static_cast<int64_t>(i);
     if (!local_state.contains(index)) continue;
     const auto& shard = *shard_of.at(names.get(i));
-    auto entry = any_dict();
+    auto entry = detail::any_dict();
     for (const auto& kv : local_state.at(index).toGenericDict()) {
       auto value = kv.value();
       if (pg && value.isTensor() && is_sharded_state(value.toTensor(), shard)) {
@@ -89,8 +87,8 @@ c10::IValue full_optimizer_state_dict(const torch::nn::Module& module,
     group.insert_or_assign("params", params);
     groups.push_back(group);
   }
-  if (options.rank0_only && pg && pg->rank() != 0) return any_dict();
-  auto out = any_dict();
+  if (options.rank0_only && pg && pg->rank() != 0) return detail::any_dict();
+  auto out = detail::any_dict();
   out.insert("state", state);
   out.insert("param_groups", groups);
   return out;
@@ -112,14 +110,14 @@ void load_full_optimizer_state_dict(const torch::nn::Module& module,
   std::unordered_map<std::string, int64_t> index_of;
   for (size_t i = 0; i < names.size(); ++i) index_of.emplace(names.get(i), static_cast<int64_t>(i));
   // Back to the index-keyed layout, each whole tensor cut to this rank's rows.
-  auto state = any_dict();
+  auto state = detail::any_dict();
   for (const auto& kv : given_state) {
     const auto& name = kv.key().toStringRef();
     const auto it = index_of.find(name);
     TORCH_CHECK(it != index_of.end(), "load_full_optimizer_state_dict: state for '", name,
                 "', which is not a parameter of this optimizer");
     const auto& shard = *shard_of.at(name);
-    auto entry = any_dict();
+    auto entry = detail::any_dict();
     for (const auto& e : kv.value().toGenericDict()) {
       auto value = e.value();
       if (value.isTensor() && is_whole_state(value.toTensor(), shard)) {
@@ -142,7 +140,7 @@ void load_full_optimizer_state_dict(const torch::nn::Module& module,
     group.insert_or_assign("params", params);
     groups.push_back(group);
   }
-  auto indexed = any_dict();
+  auto indexed = detail::any_dict();
   indexed.insert("state", state);
   indexed.insert("param_groups", groups);
   detail::load_optimizer_state_dict(optimizer, indexed);

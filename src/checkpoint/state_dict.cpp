@@ -15,11 +15,6 @@ namespace {
 using Tensors = std::vector<std::pair<std::string, at::Tensor>>;
 using ModuleVersions = std::map<std::string, int64_t>;  // module prefix ("1", "" the root)
 
-bool is_safetensors(const std::string& path) {
-  const std::string ext = ".safetensors";
-  return path.size() >= ext.size() && path.compare(path.size() - ext.size(), ext.size(), ext) == 0;
-}
-
 std::string quoted(const std::vector<std::string>& keys) {
   std::string s;
   for (const auto& k : keys) s += (s.empty() ? "\"" : ", \"") + k + "\"";
@@ -209,7 +204,7 @@ Tensors state_dict(const torch::nn::Module& module) {
 
 void save_state_dict(const torch::nn::Module& module, const std::string& path) {
   const auto tensors = state_dict(module);
-  if (is_safetensors(path)) {
+  if (detail::is_safetensors(path)) {
     safetensors_save(tensors, path);
     return;
   }
@@ -222,7 +217,7 @@ LoadStateDictResult load_state_dict(torch::nn::Module& module, const std::string
                                     const LoadStateDictOptions& options) {
   Tensors tensors;
   ModuleVersions versions;
-  if (is_safetensors(path)) {
+  if (detail::is_safetensors(path)) {
     tensors = safetensors_load(path);
   } else {
     const auto file = detail::read_torch_file(path, options.limits);

@@ -35,6 +35,12 @@ void torch_save(const c10::IValue& value, const std::string& path,
 }
 
 namespace detail {
+
+bool is_safetensors(const std::string& path) {
+  const std::string ext = ".safetensors";
+  return path.size() >= ext.size() && path.compare(path.size() - ext.size(), ext.size(), ext) == 0;
+}
+
 namespace {
 
 // data/<key> as a 1-D tensor of `dtype`.

@@ -10,4 +10,7 @@ namespace dpx::detail {
 
 Unpickled read_torch_file(const std::string& path, const TorchLoadLimits& limits);
 
+// The format a checkpoint path names: safetensors for ".safetensors", torch.save's otherwise.
+bool is_safetensors(const std::string& path);
+
 }  // namespace dpx::detail

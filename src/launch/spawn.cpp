@@ -28,7 +28,7 @@ struct Child {
   bool done = false;
 };
 
-std::string temp_dir() {
+std::string make_spawn_dir() {
   char tmpl[] = "/tmp/dpx-spawn-XXXXXX";
   TORCH_CHECK(::mkdtemp(tmpl) != nullptr, "dpx::spawn: cannot create a temporary directory: ",
               std::strerror(errno));
@@ -157,7 +157,7 @@ void spawn(int nprocs, const std::function<void(int, int)>& fn, SpawnOptions opt
   so.c10d_protocol = true;  // which speaks c10d's protocol (Note [Agent store] in init.cpp)
   so.port = 0;
   auto store = Store::tcp(so);
-  const std::string dir = temp_dir();
+  const std::string dir = make_spawn_dir();
   std::fflush(stdout);
   std::fflush(stderr);
   std::vector<Child> children(nprocs);

@@ -10,7 +10,7 @@
 #include "support/cuda_contexts.h"
 #include "support/side_stream.h"
 
-namespace dpx {
+namespace dpx::ddp_cuda_test {
 namespace {
 
 using test::mlp_on;
@@ -247,4 +247,4 @@ TEST(DdpDevices, ParametersOffTheGroupsDeviceAreAClearError) {
 }
 
 }  // namespace
-}  // namespace dpx
+}  // namespace dpx::ddp_cuda_test

@@ -6,7 +6,7 @@
 #include "dpx/dpx.h"
 #include "support/harness.h"
 
-namespace dpx {
+namespace dpx::ddp_equivalence_test {
 namespace {
 
 constexpr int kWorld = 2;
@@ -220,9 +220,9 @@ TEST(DdpCheckpoint, WrappedModuleStateLoadsIntoPlainModule) {
 }
 
 }  // namespace
-}  // namespace dpx
+}  // namespace dpx::ddp_equivalence_test
 
-namespace dpx {
+namespace dpx::ddp_equivalence_test {
 namespace {
 
 // One rank: the same steps as plain LibTorch, bit for bit (Note [One rank] in reducer_step.cpp),
@@ -253,4 +253,4 @@ TEST(DdpOneRank, SameParametersAsPlainLibTorch) {
 }
 
 }  // namespace
-}  // namespace dpx
+}  // namespace dpx::ddp_equivalence_test

@@ -7,7 +7,7 @@
 #include "dpx/dpx.h"
 #include "support/harness.h"
 
-namespace dpx {
+namespace dpx::ddp_errors_test {
 namespace {
 
 constexpr int kWorld = 2;
@@ -208,4 +208,4 @@ TEST(DdpErrors, CommHookRegisteredTwice) {
 }
 
 }  // namespace
-}  // namespace dpx
+}  // namespace dpx::ddp_errors_test

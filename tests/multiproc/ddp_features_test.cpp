@@ -9,7 +9,7 @@
 #include "support/expect_throws.h"
 #include "support/harness.h"
 
-namespace dpx {
+namespace dpx::ddp_features_test {
 namespace {
 
 constexpr int kWorld = 2;
@@ -455,4 +455,4 @@ TEST(DdpStats, BucketsIterationsAndTimes) {
 }
 
 }  // namespace
-}  // namespace dpx
+}  // namespace dpx::ddp_features_test

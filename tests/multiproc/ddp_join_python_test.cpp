@@ -14,7 +14,7 @@
 #include "multiproc/python_run.h"
 #include "support/harness.h"
 
-namespace dpx {
+namespace dpx::ddp_join_python_test {
 namespace {
 
 using namespace test::python;  // the oracle's helpers and constants
@@ -119,4 +119,4 @@ TEST(DdpJoinAgainstPython, NoBroadcastBuffersKeepsEachRanksOwn) {
 }
 
 }  // namespace
-}  // namespace dpx
+}  // namespace dpx::ddp_join_python_test

@@ -17,7 +17,7 @@
 #include "dpx/algorithms/powersgd.h"
 #include "support/harness.h"
 
-namespace dpx {
+namespace dpx::ddp_python_test {
 namespace {
 
 using namespace test::python;  // the oracle's helpers and constants
@@ -247,4 +247,4 @@ TEST(SparseDdpAgainstPython, SameFinalParameters) {
 }
 
 }  // namespace
-}  // namespace dpx
+}  // namespace dpx::ddp_python_test

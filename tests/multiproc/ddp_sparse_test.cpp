@@ -6,7 +6,7 @@
 #include "dpx/dpx.h"
 #include "support/harness.h"
 
-namespace dpx {
+namespace dpx::ddp_sparse_test {
 namespace {
 
 constexpr std::int64_t kVocab = 60, kDim = 8, kClasses = 4, kPerRank = 6;
@@ -313,4 +313,4 @@ TEST(SparseDdp, APeerLostBeforeTheSparseReductionIsATypedError) {
 }
 
 }  // namespace
-}  // namespace dpx
+}  // namespace dpx::ddp_sparse_test

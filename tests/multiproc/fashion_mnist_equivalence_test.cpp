@@ -7,7 +7,7 @@
 #include "dpx/dpx.h"
 #include "support/harness.h"
 
-namespace dpx {
+namespace dpx::fashion_mnist_equivalence_test {
 namespace {
 
 constexpr size_t kSamples = 512;
@@ -97,4 +97,4 @@ TEST(FashionMnistEquivalence, TwoRanksEqualOneProcessOnConcatenatedBatches) {
 }
 
 }  // namespace
-}  // namespace dpx
+}  // namespace dpx::fashion_mnist_equivalence_test

@@ -14,7 +14,7 @@
 #include "support/fsdp_models.h"
 #include "support/harness.h"
 
-namespace dpx {
+namespace dpx::fsdp_checkpoint_test {
 namespace {
 
 constexpr int64_t kBatch = 6;  // the global batch: 3 rows a rank on 2 ranks, 2 on 3, 1 on 6
@@ -217,4 +217,4 @@ TEST(FsdpCheckpoint, SaveCutShortLeavesThePreviousCheckpointIntact) {
 }
 
 }  // namespace
-}  // namespace dpx
+}  // namespace dpx::fsdp_checkpoint_test

@@ -11,7 +11,7 @@
 #include "dpx/fsdp/fully_shard.h"
 #include "support/harness.h"
 
-namespace dpx {
+namespace dpx::fsdp_memory_test {
 namespace {
 
 constexpr int64_t kWidth = 512;  // each unit: a 512 x 512 Linear, 1 MiB of float32
@@ -125,4 +125,4 @@ TEST(FsdpMemory, TrainsWhereDdpDoesNotFitTheMemoryLimit) {
 }
 
 }  // namespace
-}  // namespace dpx
+}  // namespace dpx::fsdp_memory_test

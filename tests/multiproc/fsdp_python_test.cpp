@@ -17,7 +17,7 @@
 #include "support/harness.h"
 #include "support/temp_dir.h"
 
-namespace dpx {
+namespace dpx::fsdp_python_test {
 namespace {
 
 constexpr int kSteps = 20;
@@ -222,4 +222,4 @@ TEST(FsdpPython, BFloat16ReductionMatchesPyTorchs) {
 }
 
 }  // namespace
-}  // namespace dpx
+}  // namespace dpx::fsdp_python_test

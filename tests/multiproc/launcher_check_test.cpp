@@ -33,7 +33,7 @@ std::vector<std::string> lines_with(const std::string& output, const std::string
   return out;
 }
 
-LaunchOptions clean() {
+LaunchOptions without_launcher_env() {
   LaunchOptions o;
   o.unset_env.insert(o.unset_env.end(), {"RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT",
                                          "GLOO_SOCKET_IFNAME", "DPX_BACKEND"});
@@ -41,7 +41,7 @@ LaunchOptions clean() {
 }
 
 TEST(LauncherCheck, AHealthyNodeReportsEverythingAndNoProblem) {
-  auto r = run_launcher(check({"--standalone", "--nproc-per-node", "2"}), seconds(60), clean());
+  auto r = run_launcher(check({"--standalone", "--nproc-per-node", "2"}), seconds(60), without_launcher_env());
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_THAT(r.output, HasSubstr(": LibTorch " + std::to_string(TORCH_VERSION_MAJOR) + "." +
                                   std::to_string(TORCH_VERSION_MINOR) + "."));
@@ -60,7 +60,7 @@ TEST(LauncherCheck, AHealthyNodeReportsEverythingAndNoProblem) {
 TEST(LauncherCheck, AMasterAddressOfAnotherHostOnNodeZeroIsNamed) {
   auto r = run_launcher(check({"--master-addr", "192.0.2.77", "--master-port",
                                std::to_string(free_tcp_port()), "true"}),
-                        seconds(60), clean());
+                        seconds(60), without_launcher_env());
   EXPECT_EQ(r.exit_code, 1) << r.output;
   auto problems = lines_with(r.output, "PROBLEM");
   ASSERT_EQ(problems.size(), 1u) << r.output;
@@ -73,7 +73,7 @@ TEST(LauncherCheck, AMasterThatDoesNotAnswerIsNamed) {
   const std::string port = std::to_string(free_tcp_port());
   auto r = run_launcher(check({"--nnodes", "2", "--node-rank", "1", "--master-addr", "127.0.0.1",
                                "--master-port", port, "--rdzv-conf", "join_timeout=1"}),
-                        seconds(60), clean());
+                        seconds(60), without_launcher_env());
   EXPECT_EQ(r.exit_code, 1) << r.output;
   auto problems = lines_with(r.output, "PROBLEM");
   ASSERT_EQ(problems.size(), 1u) << r.output;
@@ -93,7 +93,7 @@ TEST(LauncherCheck, APortAlreadyTakenIsNamed) {
   ASSERT_EQ(::listen(fd, 1), 0);
   ASSERT_EQ(::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len), 0);
   const std::string port = std::to_string(ntohs(a.sin_port));
-  auto r = run_launcher(check({"--master-port", port}), seconds(60), clean());
+  auto r = run_launcher(check({"--master-port", port}), seconds(60), without_launcher_env());
   ::close(fd);
   EXPECT_EQ(r.exit_code, 1) << r.output;
   auto problems = lines_with(r.output, "PROBLEM");
@@ -110,7 +110,7 @@ TEST(LauncherCheck, ASmallDevShmIsNamed) {
   // A 1 MiB tmpfs on /dev/shm in a private mount namespace, as in a small container.
   std::string cmd = "mount -t tmpfs -o size=1m tmpfs /dev/shm && exec";
   for (const auto& w : check({"--standalone", "--nproc-per-node", "2"})) cmd += " '" + w + "'";
-  auto r = run_launcher({"unshare", "-m", "sh", "-c", cmd}, seconds(60), clean());
+  auto r = run_launcher({"unshare", "-m", "sh", "-c", cmd}, seconds(60), without_launcher_env());
   ASSERT_EQ(r.exit_code, 0) << r.output;  // dpx's shm backend does not live in /dev/shm
   auto named = lines_with(r.output, "WARNING");
   ASSERT_EQ(named.size(), 1u) << r.output;

@@ -17,16 +17,6 @@ namespace {
 using std::chrono::seconds;
 using Env = std::map<std::string, std::string>;
 
-std::vector<std::string> cmd(std::vector<std::string> flags, std::vector<std::string> worker,
-                             std::vector<std::string> prefix = {}) {
-  std::vector<std::string> out = prefix;
-  out.push_back(dpxrun_path());
-  out.insert(out.end(), flags.begin(), flags.end());
-  out.push_back(test_worker_path());
-  out.insert(out.end(), worker.begin(), worker.end());
-  return out;
-}
-
 std::vector<std::string> c10d(const std::string& endpoint, const std::string& nnodes,
                               std::vector<std::string> more = {}) {
   std::vector<std::string> f = {"--nnodes", nnodes, "--nproc-per-node", "2", "--rdzv-backend",
@@ -46,12 +36,6 @@ bool all_reducing(const std::string& dir, int n, std::chrono::seconds timeout) {
     }
     return found == n;
   }, timeout);
-}
-
-std::string read_file(const std::string& path) {
-  std::ifstream in(path);
-  std::string s((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  return s;
 }
 
 // Ranks are contiguous per node and everyone agrees on the master and the world.
@@ -78,8 +62,8 @@ void expect_two_node_layout(std::vector<Env> envs, const std::string& use_agent_
 TEST(LauncherMultiNode, TwoAgentsWithC10dRendezvous) {
   TempDir dir;
   const std::string endpoint = "127.0.0.1:" + std::to_string(free_tcp_port());
-  Launch a(cmd(c10d(endpoint, "2"), {"env", dir.path()}));
-  Launch b(cmd(c10d(endpoint, "2"), {"env", dir.path()}));
+  Launch a(dpxrun_cmd(c10d(endpoint, "2"), {"env", dir.path()}));
+  Launch b(dpxrun_cmd(c10d(endpoint, "2"), {"env", dir.path()}));
   auto ra = a.wait(seconds(60)), rb = b.wait(seconds(60));
   ASSERT_EQ(ra.exit_code, 0) << ra.output << "\n--- other agent:\n" << rb.output;
   ASSERT_EQ(rb.exit_code, 0) << rb.output << "\n--- other agent:\n" << ra.output;
@@ -95,8 +79,8 @@ TEST(LauncherMultiNode, TwoAgentsWithStaticRendezvous) {
     return std::vector<std::string>{"--nnodes", "2", "--node_rank", node, "--nproc-per-node",
                                     "2", "--master-port", port, "--monitor-interval", "0.05"};
   };
-  Launch b(cmd(flags("1"), {"env", dir.path()}));  // the client may start first
-  Launch a(cmd(flags("0"), {"env", dir.path()}));
+  Launch b(dpxrun_cmd(flags("1"), {"env", dir.path()}));  // the client may start first
+  Launch a(dpxrun_cmd(flags("0"), {"env", dir.path()}));
   auto ra = a.wait(seconds(60)), rb = b.wait(seconds(60));
   ASSERT_EQ(ra.exit_code, 0) << ra.output << "\n--- other agent:\n" << rb.output;
   ASSERT_EQ(rb.exit_code, 0) << rb.output << "\n--- other agent:\n" << ra.output;
@@ -112,8 +96,8 @@ TEST(LauncherMultiNode, FailureOnOneNodeRestartsEveryNodeOnce) {
   TempDir dir;
   const std::string endpoint = "127.0.0.1:" + std::to_string(free_tcp_port());
   auto flags = c10d(endpoint, "2", {"--max-restarts", "3"});
-  Launch a(cmd(flags, {"fail-until", "1", dir.path()}));
-  Launch b(cmd(flags, {"fail-until", "1", dir.path()}));
+  Launch a(dpxrun_cmd(flags, {"fail-until", "1", dir.path()}));
+  Launch b(dpxrun_cmd(flags, {"fail-until", "1", dir.path()}));
   auto ra = a.wait(seconds(60)), rb = b.wait(seconds(60));
   ASSERT_EQ(ra.exit_code, 0) << ra.output << "\n--- other agent:\n" << rb.output;
   ASSERT_EQ(rb.exit_code, 0) << rb.output << "\n--- other agent:\n" << ra.output;
@@ -132,10 +116,10 @@ TEST(LauncherMultiNode, FailureOnOneNodeRestartsEveryNodeOnce) {
 TEST(LauncherMultiNode, LateSecondAgentGrowsTheWorldWithoutUsingARestart) {
   TempDir dir;
   const std::string endpoint = "127.0.0.1:" + std::to_string(free_tcp_port());
-  Launch a(cmd(c10d(endpoint, "1:2"), {"wait-world", "4", dir.path()}));
+  Launch a(dpxrun_cmd(c10d(endpoint, "1:2"), {"wait-world", "4", dir.path()}));
   ASSERT_TRUE(wait_until([&] { return read_worker_envs(dir.path()).size() == 2; }, seconds(30)))
       << a.output_so_far();
-  Launch b(cmd(c10d(endpoint, "1:2"), {"wait-world", "4", dir.path()}));
+  Launch b(dpxrun_cmd(c10d(endpoint, "1:2"), {"wait-world", "4", dir.path()}));
   auto ra = a.wait(seconds(60)), rb = b.wait(seconds(60));
   ASSERT_EQ(ra.exit_code, 0) << ra.output << "\n--- other agent:\n" << rb.output;
   ASSERT_EQ(rb.exit_code, 0) << rb.output << "\n--- other agent:\n" << ra.output;
@@ -151,8 +135,8 @@ TEST(LauncherMultiNode, LateSecondAgentGrowsTheWorldWithoutUsingARestart) {
 TEST(LauncherMultiNode, TwoByTwoAllreduceOverGloo) {
   TempDir dir;
   const std::string endpoint = "127.0.0.1:" + std::to_string(free_tcp_port());
-  Launch a(cmd(c10d(endpoint, "2"), {"allreduce", dir.path()}));
-  Launch b(cmd(c10d(endpoint, "2"), {"allreduce", dir.path()}));
+  Launch a(dpxrun_cmd(c10d(endpoint, "2"), {"allreduce", dir.path()}));
+  Launch b(dpxrun_cmd(c10d(endpoint, "2"), {"allreduce", dir.path()}));
   auto ra = a.wait(seconds(60)), rb = b.wait(seconds(60));
   ASSERT_EQ(ra.exit_code, 0) << ra.output << "\n--- other agent:\n" << rb.output;
   ASSERT_EQ(rb.exit_code, 0) << rb.output << "\n--- other agent:\n" << ra.output;
@@ -166,10 +150,10 @@ TEST(LauncherMultiNode, KilledAgentIsDroppedAndTheSurvivorCarriesOn) {
   const int port = free_tcp_port();
   const std::string endpoint = "127.0.0.1:" + std::to_string(port);
   auto flags = c10d(endpoint, "1:2", {"--max-restarts", "1"});
-  Launch a(cmd(flags, {"allreduce", dir.path(), "30"}));
+  Launch a(dpxrun_cmd(flags, {"allreduce", dir.path(), "30"}));
   // The survivor must be the agent serving the store (its loss ends every agent).
   ASSERT_TRUE(wait_until([&] { return port_listening(port); }, seconds(30))) << a.output_so_far();
-  Launch b(cmd(flags, {"allreduce", dir.path(), "30"}));
+  Launch b(dpxrun_cmd(flags, {"allreduce", dir.path(), "30"}));
   ASSERT_TRUE(all_reducing(dir.path(), 4, seconds(30))) << a.output_so_far();
   kill(b.pid(), SIGKILL);
   auto ra = a.wait(seconds(60));
@@ -186,8 +170,8 @@ TEST(LauncherNetns, TwoHostsAllreduceThenLinkCutEndsInAClearError) {
   const std::string endpoint = "10.213.0.1:29400";  // namespaces have their own port space
   {
     TempDir dir;
-    Launch a(cmd(c10d(endpoint, "2"), {"allreduce", dir.path()}, hosts.exec_a()), hosts.env_a());
-    Launch b(cmd(c10d(endpoint, "2"), {"allreduce", dir.path()}, hosts.exec_b()), hosts.env_b());
+    Launch a(dpxrun_cmd(c10d(endpoint, "2"), {"allreduce", dir.path()}, hosts.exec_a()), hosts.env_a());
+    Launch b(dpxrun_cmd(c10d(endpoint, "2"), {"allreduce", dir.path()}, hosts.exec_b()), hosts.env_b());
     auto ra = a.wait(seconds(60)), rb = b.wait(seconds(60));
     ASSERT_EQ(ra.exit_code, 0) << ra.output;
     ASSERT_EQ(rb.exit_code, 0) << rb.output;
@@ -196,9 +180,9 @@ TEST(LauncherNetns, TwoHostsAllreduceThenLinkCutEndsInAClearError) {
     }
   }
   TempDir dir;
-  Launch a(cmd(c10d(endpoint, "2"), {"allreduce", dir.path(), "60"}, hosts.exec_a()),
+  Launch a(dpxrun_cmd(c10d(endpoint, "2"), {"allreduce", dir.path(), "60"}, hosts.exec_a()),
            hosts.env_a());
-  Launch b(cmd(c10d(endpoint, "2"), {"allreduce", dir.path(), "60"}, hosts.exec_b()),
+  Launch b(dpxrun_cmd(c10d(endpoint, "2"), {"allreduce", dir.path(), "60"}, hosts.exec_b()),
            hosts.env_b());
   ASSERT_TRUE(all_reducing(dir.path(), 4, seconds(30))) << a.output_so_far() << b.output_so_far();
   ASSERT_TRUE(hosts.cut());
@@ -220,8 +204,8 @@ TEST(LauncherNetns, KilledHostIsDroppedAndTheSurvivorCarriesOn) {
   TempDir dir;
   const std::string endpoint = "10.213.0.1:29400";
   auto flags = c10d(endpoint, "1:2", {"--max-restarts", "1"});
-  Launch a(cmd(flags, {"allreduce", dir.path(), "30"}, hosts.exec_a()), hosts.env_a());
-  Launch b(cmd(flags, {"allreduce", dir.path(), "30"}, hosts.exec_b()), hosts.env_b());
+  Launch a(dpxrun_cmd(flags, {"allreduce", dir.path(), "30"}, hosts.exec_a()), hosts.env_a());
+  Launch b(dpxrun_cmd(flags, {"allreduce", dir.path(), "30"}, hosts.exec_b()), hosts.env_b());
   ASSERT_TRUE(all_reducing(dir.path(), 4, seconds(30))) << a.output_so_far() << b.output_so_far();
   kill(b.pid(), SIGKILL);
   auto ra = a.wait(seconds(60));

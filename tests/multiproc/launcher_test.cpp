@@ -17,14 +17,6 @@ namespace {
 using std::chrono::seconds;
 using Env = std::map<std::string, std::string>;
 
-std::vector<std::string> cmd(std::vector<std::string> flags, std::vector<std::string> worker) {
-  std::vector<std::string> out{dpxrun_path()};
-  out.insert(out.end(), flags.begin(), flags.end());
-  out.push_back(test_worker_path());
-  out.insert(out.end(), worker.begin(), worker.end());
-  return out;
-}
-
 std::vector<Env> by_rank(std::vector<Env> envs) {
   std::sort(envs.begin(), envs.end(),
             [](const Env& a, const Env& b) { return std::stoi(a.at("RANK")) < std::stoi(b.at("RANK")); });
@@ -34,7 +26,7 @@ std::vector<Env> by_rank(std::vector<Env> envs) {
 TEST(Launcher, StaticSingleNodeEnvironment) {
   TempDir dir;
   const int port = free_tcp_port();
-  auto r = run_launcher(cmd({"--nproc-per-node", "2", "--master-port", std::to_string(port)},
+  auto r = run_launcher(dpxrun_cmd({"--nproc-per-node", "2", "--master-port", std::to_string(port)},
                             {"env", dir.path()}));
   ASSERT_EQ(r.exit_code, 0) << r.output;
   auto envs = by_rank(read_worker_envs(dir.path()));
@@ -69,7 +61,7 @@ TEST(Launcher, StandaloneUsesFreshStoreAndRandomRunId) {
   LaunchOptions o;
   o.set_env["OMP_NUM_THREADS"] = "3";
   o.unset_env.clear();
-  auto r = run_launcher(cmd({"--standalone", "--nproc_per_node=3"}, {"env", dir.path()}),
+  auto r = run_launcher(dpxrun_cmd({"--standalone", "--nproc_per_node=3"}, {"env", dir.path()}),
                         seconds(60), o);
   ASSERT_EQ(r.exit_code, 0) << r.output;
   auto envs = by_rank(read_worker_envs(dir.path()));
@@ -90,7 +82,7 @@ TEST(Launcher, PetVariablesWorkAndFlagsWin) {
     TempDir dir;
     LaunchOptions o;
     o.set_env = {{"PET_NPROC_PER_NODE", "3"}, {"PET_STANDALONE", "1"}, {"PET_MAX_RESTARTS", "4"}};
-    auto r = run_launcher(cmd({}, {"env", dir.path()}), seconds(60), o);
+    auto r = run_launcher(dpxrun_cmd({}, {"env", dir.path()}), seconds(60), o);
     ASSERT_EQ(r.exit_code, 0) << r.output;
     auto envs = read_worker_envs(dir.path());
     ASSERT_EQ(envs.size(), 3u);
@@ -102,7 +94,7 @@ TEST(Launcher, PetVariablesWorkAndFlagsWin) {
     LaunchOptions o;
     o.set_env = {{"PET_NPROC_PER_NODE", "auto"}, {"PET_RDZV_BACKEND", "c10d"},
                  {"PET_RDZV_ENDPOINT", "127.0.0.1:0"}, {"PET_RDZV_ID", "pet"}};
-    auto r = run_launcher(cmd({}, {"env", dir.path()}), seconds(60), o);
+    auto r = run_launcher(dpxrun_cmd({}, {"env", dir.path()}), seconds(60), o);
     ASSERT_EQ(r.exit_code, 0) << r.output;
     auto envs = read_worker_envs(dir.path());
     EXPECT_EQ(envs.size(), std::thread::hardware_concurrency());
@@ -112,7 +104,7 @@ TEST(Launcher, PetVariablesWorkAndFlagsWin) {
     TempDir dir;
     LaunchOptions o;
     o.set_env = {{"PET_NPROC_PER_NODE", "3"}, {"PET_MAX_RESTARTS", "4"}};
-    auto r = run_launcher(cmd({"--standalone", "--nproc-per-node", "1", "--max_restarts=2"},
+    auto r = run_launcher(dpxrun_cmd({"--standalone", "--nproc-per-node", "1", "--max_restarts=2"},
                               {"env", dir.path()}),
                           seconds(60), o);
     ASSERT_EQ(r.exit_code, 0) << r.output;
@@ -126,7 +118,7 @@ TEST(Launcher, PetVariablesWorkAndFlagsWin) {
 // like dpxrun's flags.
 TEST(Launcher, TorchrunSpellingsAndProgramArgumentsPassThrough) {
   TempDir dir;
-  auto r = run_launcher(cmd({"--standalone", "--nproc_per_node=2", "-r3", "--no-python", "-m",
+  auto r = run_launcher(dpxrun_cmd({"--standalone", "--nproc_per_node=2", "-r3", "--no-python", "-m",
                              "--max_restarts", "1", "--monitor-interval=0.05"},
                             {"env", dir.path(), "--lr", "1", "--nproc-per-node", "5", "-m"}));
   ASSERT_EQ(r.exit_code, 0) << r.output;
@@ -137,7 +129,7 @@ TEST(Launcher, TorchrunSpellingsAndProgramArgumentsPassThrough) {
     EXPECT_EQ(e["TORCHELASTIC_MAX_RESTARTS"], "1");
   }
   TempDir dir2;
-  r = run_launcher(cmd({"--standalone", "--"}, {"env", dir2.path(), "--standalone"}));
+  r = run_launcher(dpxrun_cmd({"--standalone", "--"}, {"env", dir2.path(), "--standalone"}));
   ASSERT_EQ(r.exit_code, 0) << r.output;
   envs = read_worker_envs(dir2.path());
   ASSERT_EQ(envs.size(), 1u) << r.output;
@@ -171,7 +163,7 @@ TEST(Launcher, BadFlagsAreClearErrors) {
       {{"--frobnicate=1"}, "unknown flag '--frobnicate=1'"},
   };
   for (const auto& c : cases) {
-    auto r = run_launcher(cmd(c.flags, {"env", "/nonexistent"}), seconds(30));
+    auto r = run_launcher(dpxrun_cmd(c.flags, {"env", "/nonexistent"}), seconds(30));
     EXPECT_EQ(r.exit_code, 2) << c.says << "\n" << r.output;
     EXPECT_NE(r.output.find(c.says), std::string::npos) << r.output;
     EXPECT_EQ(std::count(r.output.begin(), r.output.end(), '\n'), 1) << r.output;  // one line
@@ -191,14 +183,14 @@ TEST(Launcher, BadFlagsAreClearErrors) {
 TEST(Launcher, NprocPerNodeGpuWithoutGpusIsAClearError) {
   LaunchOptions o;
   o.set_env["CUDA_VISIBLE_DEVICES"] = "";
-  auto r = run_launcher(cmd({"--standalone", "--nproc-per-node", "gpu"}, {"env", "/nonexistent"}),
+  auto r = run_launcher(dpxrun_cmd({"--standalone", "--nproc-per-node", "gpu"}, {"env", "/nonexistent"}),
                         seconds(30), o);
   EXPECT_EQ(r.exit_code, 2) << r.output;
   EXPECT_NE(r.output.find("--nproc-per-node gpu: CUDA is not available"), std::string::npos)
       << r.output;
   EXPECT_EQ(std::count(r.output.begin(), r.output.end(), '\n'), 1) << r.output;
   TempDir dir;
-  auto a = run_launcher(cmd({"--standalone", "--nproc-per-node", "auto"}, {"env", dir.path()}),
+  auto a = run_launcher(dpxrun_cmd({"--standalone", "--nproc-per-node", "auto"}, {"env", dir.path()}),
                         seconds(60), o);
   ASSERT_EQ(a.exit_code, 0) << a.output;
   EXPECT_EQ(read_worker_envs(dir.path()).size(),
@@ -210,7 +202,7 @@ TEST(LauncherCuda, NprocPerNodeGpuAndAutoCountGpus) {
   if (gpus == 0) GTEST_SKIP() << "no CUDA device";
   for (const std::string nproc : {"gpu", "auto"}) {
     TempDir dir;
-    auto r = run_launcher(cmd({"--standalone", "--nproc-per-node", nproc}, {"env", dir.path()}),
+    auto r = run_launcher(dpxrun_cmd({"--standalone", "--nproc-per-node", nproc}, {"env", dir.path()}),
                           seconds(60));
     ASSERT_EQ(r.exit_code, 0) << nproc << "\n" << r.output;
     auto envs = read_worker_envs(dir.path());
@@ -233,7 +225,7 @@ TEST(Launcher, DurationsMustBeFiniteAndNonNegative) {
   for (const auto& flags : cases) {
     auto all = flags;
     all.insert(all.begin(), "--standalone");
-    auto r = run_launcher(cmd(all, {"env", "/nonexistent"}), seconds(30));
+    auto r = run_launcher(dpxrun_cmd(all, {"env", "/nonexistent"}), seconds(30));
     EXPECT_FALSE(r.timed_out) << flags[0] << " " << flags[1];
     EXPECT_EQ(r.exit_code, 2) << flags[0] << " " << flags[1] << "\n" << r.output;
     EXPECT_NE(r.output.find("expects a number of seconds from 0 to 1e8, got '"),
@@ -241,14 +233,14 @@ TEST(Launcher, DurationsMustBeFiniteAndNonNegative) {
   }
   LaunchOptions o;
   o.set_env["PET_MONITOR_INTERVAL"] = "nan";
-  auto r = run_launcher(cmd({"--standalone"}, {"env", "/nonexistent"}), seconds(30), o);
+  auto r = run_launcher(dpxrun_cmd({"--standalone"}, {"env", "/nonexistent"}), seconds(30), o);
   EXPECT_EQ(r.exit_code, 2) << r.output;
   EXPECT_NE(r.output.find("got 'nan'"), std::string::npos) << r.output;
 }
 
 TEST(Launcher, FailedWorkerRestartsGroupWithCountRaisedAndNewPort) {
   TempDir dir;
-  auto r = run_launcher(cmd({"--standalone", "--nproc-per-node", "2", "--max-restarts", "2",
+  auto r = run_launcher(dpxrun_cmd({"--standalone", "--nproc-per-node", "2", "--max-restarts", "2",
                              "--monitor-interval", "0.05", "--stop-grace", "2"},
                             {"fail-until", "2", dir.path()}));
   ASSERT_EQ(r.exit_code, 0) << r.output;
@@ -273,7 +265,7 @@ TEST(Launcher, FailedWorkerRestartsGroupWithCountRaisedAndNewPort) {
 
 TEST(Launcher, RestartsExhaustedFailWithSummary) {
   TempDir dir;
-  auto r = run_launcher(cmd({"--standalone", "--nproc-per-node", "2", "--max-restarts", "1",
+  auto r = run_launcher(dpxrun_cmd({"--standalone", "--nproc-per-node", "2", "--max-restarts", "1",
                              "--monitor-interval", "0.05", "--stop-grace", "2"},
                             {"fail-until", "9", dir.path()}));
   EXPECT_EQ(r.exit_code, 1) << r.output;
@@ -286,12 +278,12 @@ TEST(Launcher, RestartsExhaustedFailWithSummary) {
 }
 
 TEST(Launcher, ErrorHandlerReportsUncaughtExceptionAndCrash) {
-  auto r = run_launcher(cmd({"--standalone", "--monitor-interval", "0.05"}, {"throw"}));
+  auto r = run_launcher(dpxrun_cmd({"--standalone", "--monitor-interval", "0.05"}, {"throw"}));
   EXPECT_EQ(r.exit_code, 1) << r.output;
   EXPECT_NE(r.output.find("std::runtime_error: worker 0 threw on purpose"), std::string::npos)
       << r.output;
   EXPECT_NE(r.output.find("exitcode  : -6"), std::string::npos) << r.output;  // abort()
-  auto s = run_launcher(cmd({"--standalone", "--monitor-interval", "0.05"}, {"segv"}));
+  auto s = run_launcher(dpxrun_cmd({"--standalone", "--monitor-interval", "0.05"}, {"segv"}));
   EXPECT_EQ(s.exit_code, 1) << s.output;
   EXPECT_NE(s.output.find("FatalSignal: process got signal SEGV (11)"), std::string::npos)
       << s.output;
@@ -301,7 +293,7 @@ TEST(Launcher, ErrorHandlerReportsUncaughtExceptionAndCrash) {
 // Starts 3 sleeping workers, sends SIGINT to dpxrun, returns the exit and the workers' pids.
 LaunchResult interrupt_sleepers(const std::string& dir, const std::string& how,
                                 std::vector<pid_t>& pids) {
-  Launch l(cmd({"--standalone", "--nproc-per-node", "3", "--stop-grace", "1"},
+  Launch l(dpxrun_cmd({"--standalone", "--nproc-per-node", "3", "--stop-grace", "1"},
                {"sleep", dir, how}));
   const bool started = wait_until([&] {
     pids.clear();
@@ -331,7 +323,7 @@ TEST(Launcher, SigintReachesEveryWorkerAndLeavesNoOrphan) {
 
 TEST(Launcher, ConsoleLinesArePrefixedAndLogFilesFollowTorchrunLayout) {
   TempDir logs;
-  auto r = run_launcher(cmd({"--standalone", "--nproc-per-node", "2", "--log-dir", logs.path(),
+  auto r = run_launcher(dpxrun_cmd({"--standalone", "--nproc-per-node", "2", "--log-dir", logs.path(),
                              "-r1", "--tee", "0:2"},
                             {"print"}));
   ASSERT_EQ(r.exit_code, 0) << r.output;
@@ -350,7 +342,7 @@ TEST(Launcher, ConsoleLinesArePrefixedAndLogFilesFollowTorchrunLayout) {
 
 TEST(Launcher, HungWorkerIsDetectedByHeartbeat) {
   TempDir dir;
-  auto r = run_launcher(cmd({"--standalone", "--heartbeat-timeout", "1", "--stop-grace", "1",
+  auto r = run_launcher(dpxrun_cmd({"--standalone", "--heartbeat-timeout", "1", "--stop-grace", "1",
                              "--monitor-interval", "0.05"},
                             {"hang", dir.path()}),
                         seconds(30));

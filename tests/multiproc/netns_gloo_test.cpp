@@ -17,11 +17,6 @@ namespace {
 
 using std::chrono::seconds;
 
-std::string slurp(const std::string& path) {
-  std::ifstream in(path);
-  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-}
-
 std::vector<std::string> dpxrun(std::vector<std::string> prefix, std::vector<std::string> flags,
                                 std::vector<std::string> worker) {
   std::vector<std::string> out = std::move(prefix);
@@ -62,9 +57,9 @@ TEST(NetnsGloo, TwoHostsTrainWithoutInterfaceVariableAsOneHostDoes) {
   auto ra = a.wait(seconds(120)), rb = b.wait(seconds(120));
   ASSERT_EQ(ra.exit_code, 0) << ra.output << "\n--- host b:\n" << rb.output;
   ASSERT_EQ(rb.exit_code, 0) << rb.output << "\n--- host a:\n" << ra.output;
-  const std::string expected = slurp(one.path() + "/params");
+  const std::string expected = read_file(one.path() + "/params");
   ASSERT_FALSE(expected.empty());
-  EXPECT_EQ(slurp(two.path() + "/params"), expected);
+  EXPECT_EQ(read_file(two.path() + "/params"), expected);
 }
 
 TEST(NetnsGloo, LosingAHostEndsTheOtherWithPeerLostError) {

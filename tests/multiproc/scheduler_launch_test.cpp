@@ -14,11 +14,6 @@ namespace {
 using std::chrono::seconds;
 using Env = std::map<std::string, std::string>;
 
-std::string slurp(const std::string& path) {
-  std::ifstream in(path);
-  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-}
-
 // Nothing of the test process's own launcher contract leaks into the job.
 LaunchOptions clean(LaunchOptions o = {}) {
   o.unset_env.insert(o.unset_env.end(), {"RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE",
@@ -34,7 +29,7 @@ const std::string& reference_params() {
                            test_worker_path(), "train", dir.path()},
                           seconds(120), clean());
     EXPECT_EQ(r.exit_code, 0) << r.output;
-    return slurp(dir.path() + "/params");
+    return read_file(dir.path() + "/params");
   }();
   return params;
 }
@@ -49,7 +44,7 @@ TEST(Schedulers, MpirunStartsRanksWithNoWrapper) {
                          test_worker_path(), "train", dir.path()},
                         seconds(120), clean());
   ASSERT_EQ(r.exit_code, 0) << r.output;
-  EXPECT_EQ(slurp(dir.path() + "/params"), expected);
+  EXPECT_EQ(read_file(dir.path() + "/params"), expected);
 }
 
 TEST(Schedulers, SrunStartsRanksWithNoWrapper) {
@@ -62,7 +57,7 @@ TEST(Schedulers, SrunStartsRanksWithNoWrapper) {
                          test_worker_path(), "train", dir.path()},
                         seconds(120), clean(slurm.env()));
   ASSERT_EQ(r.exit_code, 0) << r.output;
-  EXPECT_EQ(slurp(dir.path() + "/params"), expected);
+  EXPECT_EQ(read_file(dir.path() + "/params"), expected);
 }
 
 TEST(Schedulers, SrunDpxrunDerivesNodesAndRendezvousFromSlurm) {
@@ -76,7 +71,7 @@ TEST(Schedulers, SrunDpxrunDerivesNodesAndRendezvousFromSlurm) {
                          dir.path()},
                         seconds(120), clean(slurm.env()));
   ASSERT_EQ(r.exit_code, 0) << r.output;
-  EXPECT_EQ(slurp(dir.path() + "/params"), expected);
+  EXPECT_EQ(read_file(dir.path() + "/params"), expected);
   EXPECT_THAT(r.output, ::testing::ContainsRegex(
                             "dpxrun: Slurm job [0-9]+: --nnodes 1 --rdzv-id slurm-[0-9]+ "
                             "--node-rank 0 --master-addr " + slurm.node() +
@@ -103,13 +98,13 @@ TEST(Schedulers, SbatchScriptAsDocumented) {
                         << test_worker_path() << " train " << dir.path() << "\n";
   auto r = run_launcher({"sbatch", script}, seconds(30), clean(slurm.env()));
   ASSERT_EQ(r.exit_code, 0) << r.output;
-  const bool ended = wait_until([&] { return !slurp(dir.path() + "/status").empty(); },
+  const bool ended = wait_until([&] { return !read_file(dir.path() + "/status").empty(); },
                                 seconds(120));
-  const std::string out = slurp(dir.path() + "/out.txt");
+  const std::string out = read_file(dir.path() + "/out.txt");
   ASSERT_TRUE(ended) << out;
-  ASSERT_EQ(slurp(dir.path() + "/status"), "0\n") << out;
+  ASSERT_EQ(read_file(dir.path() + "/status"), "0\n") << out;
   EXPECT_NE(out.find("dpxrun --check: this node found no problem"), std::string::npos) << out;
-  EXPECT_EQ(slurp(dir.path() + "/params"), expected) << out;
+  EXPECT_EQ(read_file(dir.path() + "/params"), expected) << out;
 }
 
 // A Slurm step's variables as srun sets them, without a cluster: what dpxrun derives.

@@ -23,10 +23,6 @@ namespace {
 using namespace std::chrono_literals;
 using Clock = std::chrono::steady_clock;
 
-double seconds_since(Clock::time_point start) {
-  return std::chrono::duration<double>(Clock::now() - start).count();
-}
-
 bool has(const std::string& text, const std::string& part) {
   return text.find(part) != std::string::npos;
 }
@@ -44,7 +40,7 @@ InitOptions over_tcp(int port, int rank, int world, const std::string& backend) 
 std::string setup_error(const InitOptions& o, double& seconds) {
   const auto start = Clock::now();
   std::string msg = test::expect_throws<DistributedError>([&] { init_process_group(o); });
-  seconds = seconds_since(start);
+  seconds = test::seconds_since(start);
   return msg;
 }
 

@@ -15,7 +15,7 @@
 #include "dpx/dpx.h"
 #include "support/harness.h"
 
-namespace dpx {
+namespace dpx::shm_setup_test {
 namespace {
 
 using namespace std::chrono_literals;
@@ -142,4 +142,4 @@ TEST(ShmSetup, MemoryThatCannotBeReservedFailsSetupOnEveryRankAtOnce) {
 }
 
 }  // namespace
-}  // namespace dpx
+}  // namespace dpx::shm_setup_test

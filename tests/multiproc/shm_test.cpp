@@ -15,7 +15,7 @@
 #include "support/harness.h"
 #include "support/temp_dir.h"
 
-namespace dpx {
+namespace dpx::shm_test {
 namespace {
 
 using std::chrono::milliseconds;
@@ -366,4 +366,4 @@ TEST(ShmBackend, AutoPicksShmOnOneHostAndDpxBackendOverrides) {
 }
 
 }  // namespace
-}  // namespace dpx
+}  // namespace dpx::shm_test

@@ -22,10 +22,6 @@ using Clock = std::chrono::steady_clock;
 
 constexpr const char* kBlackHole = "10.213.0.3";
 
-double seconds_since(Clock::time_point start) {
-  return std::chrono::duration<double>(Clock::now() - start).count();
-}
-
 // Gives this process (a child) its own /etc/hosts: each line of `lines` is "address name".
 void own_etc_hosts(const std::string& dir, const std::string& lines) {
   ASSERT_EQ(::unshare(CLONE_NEWNS), 0) << strerror(errno);
@@ -83,7 +79,7 @@ TEST(StoreAddresses, ABlackHoledFirstAddressCostsAMomentAndIsNamedWhenAllFail) {
     auto start = Clock::now();
     auto store = Store::tcp(o);
     store->set("k", "v");
-    EXPECT_LT(seconds_since(start), 2.0);  // not the 10 s deadline
+    EXPECT_LT(test::seconds_since(start), 2.0);  // not the 10 s deadline
     // A name with only the black hole: the error says which address did not answer.
     o.host = "dead-host";
     o.timeout = 1500ms;
@@ -92,7 +88,7 @@ TEST(StoreAddresses, ABlackHoledFirstAddressCostsAMomentAndIsNamedWhenAllFail) {
     EXPECT_NE(msg.find(std::string(kBlackHole) + ":" + std::to_string(port) +
                        ": no answer to the connection request"), std::string::npos) << msg;
     EXPECT_EQ(msg.find("handshake"), std::string::npos) << msg;
-    EXPECT_LT(seconds_since(start), 5.0);
+    EXPECT_LT(test::seconds_since(start), 5.0);
     store->set("done", "1");
   }, {60s});
   ::close(ports[0]);

@@ -51,10 +51,6 @@ std::shared_ptr<Store> server_store(const std::string& token = "",
   return Store::tcp(o);
 }
 
-double seconds_since(Clock::time_point start) {
-  return std::chrono::duration<double>(Clock::now() - start).count();
-}
-
 TEST(StoreFaults, MasterPortHeldByAnotherProgram) {
   int port = 0;
   Socket listener = foreign_listener(port);
@@ -68,13 +64,13 @@ TEST(StoreFaults, MasterPortHeldByAnotherProgram) {
     if (rank == 0) {
       auto msg = test::expect_throws<DistributedError>([&] { init_process_group(o); });
       EXPECT_NE(msg.find("already in use"), std::string::npos) << msg;
-      EXPECT_LT(seconds_since(start), 3.0);
+      EXPECT_LT(test::seconds_since(start), 3.0);
       return;
     }
     auto msg = test::expect_throws<TimeoutError>([&] { init_process_group(o); });
     EXPECT_NE(msg.find("did not answer dpx's store handshake"), std::string::npos) << msg;
-    EXPECT_GE(seconds_since(start), 2.9);
-    EXPECT_LT(seconds_since(start), 15.0);  // the 3 s timeout, loosely
+    EXPECT_GE(test::seconds_since(start), 2.9);
+    EXPECT_LT(test::seconds_since(start), 15.0);  // the 3 s timeout, loosely
   }, {60s});
   test::expect_all_ok(results);
 }
@@ -103,9 +99,9 @@ TEST(StoreFaults, HalfARequestStallsNobodyAndIsCutOffAtTheDeadline) {
   rank->set("a", "1");
   EXPECT_EQ(rank->get("a"), "1");
   EXPECT_EQ(rank->add("n", 2), 2);
-  EXPECT_LT(seconds_since(start), 1.0);  // served while the hostile request is still open
+  EXPECT_LT(test::seconds_since(start), 1.0);  // served while the hostile request is still open
   EXPECT_TRUE(closed_by_server(hostile.fd, 10s));
-  EXPECT_GE(seconds_since(start), 0.9);
+  EXPECT_GE(test::seconds_since(start), 0.9);
   EXPECT_FALSE(rank->check({"k"}));  // nothing of the half request was stored
 }
 
@@ -137,9 +133,9 @@ TEST(StoreFaults, GarbageAndSilentClientsAreDropped) {
   const auto start = Clock::now();
   EXPECT_TRUE(closed_by_server(http.fd, 5s));
   EXPECT_TRUE(closed_by_server(bad_op.fd, 5s));
-  EXPECT_LT(seconds_since(start), 0.9);  // both at once, not at the deadline
+  EXPECT_LT(test::seconds_since(start), 0.9);  // both at once, not at the deadline
   EXPECT_TRUE(closed_by_server(silent.fd, 10s));
-  EXPECT_GE(seconds_since(start), 0.9);
+  EXPECT_GE(test::seconds_since(start), 0.9);
   auto rank = store_client(server->port());
   rank->set("still", "here");
   EXPECT_EQ(rank->get("still"), "here");

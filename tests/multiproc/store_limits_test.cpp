@@ -24,10 +24,6 @@ using test::raw_client;
 using test::Socket;
 using test::store_client;
 
-double seconds_since(Clock::time_point start) {
-  return std::chrono::duration<double>(Clock::now() - start).count();
-}
-
 // LibTorch's own TCPStore client, as a PyTorch worker uses it.
 std::shared_ptr<Store> c10d_client(int port) {
   TcpStoreOptions o;
@@ -95,10 +91,10 @@ TEST(StoreLimits, SilentConnectionsDoNotLockTheJobOutWhenDescriptorsRunOut) {
     auto rank = store_client(port, "t", 3s);  // shorter than the 10 s client deadline
     rank->set("k", "v");
     EXPECT_EQ(rank->get("k"), "v");
-    EXPECT_LT(seconds_since(start), 1.5);
+    EXPECT_LT(test::seconds_since(start), 1.5);
     // Those not pushed out already go at the hello deadline (2 s), not the client deadline.
     EXPECT_TRUE(closed_by_server(flood.back().fd, 5s));
-    EXPECT_LT(seconds_since(start), 4.5);
+    EXPECT_LT(test::seconds_since(start), 4.5);
   });
 }
 
@@ -116,7 +112,7 @@ TEST(StoreLimits, AServerOutOfDescriptorsSaysSoToTheClientItCannotServe) {
     }
     EXPECT_NE(message.find("has run out of file descriptors (its limit, ulimit -n, is "),
               std::string::npos) << message;
-    EXPECT_LT(seconds_since(start), 2.0);  // told at once, not at the timeout
+    EXPECT_LT(test::seconds_since(start), 2.0);  // told at once, not at the timeout
     held.pop_back();
     held.pop_back();  // room again
     EXPECT_TRUE(test::wait_until([&] {
@@ -160,7 +156,7 @@ TEST(StoreLimits, C10dClientsShareTheWorkersKeysWithDpxClients) {
   pytorch->wait({"a", "b"}, 1s);
   const auto start = Clock::now();
   EXPECT_THROW(pytorch->wait({"never"}, 300ms), DistributedError);
-  EXPECT_LT(seconds_since(start), 3.0);
+  EXPECT_LT(test::seconds_since(start), 3.0);
   EXPECT_TRUE(pytorch->delete_key("b"));
   EXPECT_FALSE(dpx->check({"/b"}));
   EXPECT_EQ(pytorch->get("a"), "3");  // still in step after the timed-out wait

@@ -33,11 +33,6 @@ std::vector<std::string> torchrun(const std::string& logs, std::vector<std::stri
   return out;
 }
 
-std::string read_file(const std::string& path) {
-  std::ifstream in(path);
-  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-}
-
 TEST(TorchrunInterop, DpxWorkerAllReducesUnderTorchrunStandalone) {
   if (auto why = why_no_torchrun(); !why.empty()) GTEST_SKIP() << why;
   TempDir dir, logs;

@@ -6,7 +6,7 @@
 #include "support/expect_throws.h"
 #include "support/harness.h"
 
-namespace dpx {
+namespace dpx::sync_batch_norm_test {
 namespace {
 
 constexpr int64_t kChannels = 4;
@@ -205,4 +205,4 @@ TEST(ConvertSyncBatchNorm, ABatchNormOutsideASequentialIsNamedAndNothingChanges)
 }
 
 }  // namespace
-}  // namespace dpx
+}  // namespace dpx::sync_batch_norm_test

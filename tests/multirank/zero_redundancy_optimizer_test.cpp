@@ -7,7 +7,7 @@
 #include "support/harness.h"
 #include "algorithms/zero_partition.h"
 
-namespace dpx {
+namespace dpx::zero_redundancy_optimizer_test {
 namespace {
 
 using torch::optim::OptimizerParamGroup;
@@ -188,4 +188,4 @@ TEST(ZeroPartition, GreedyLargestFirstAcrossGroups) {
 }
 
 }  // namespace
-}  // namespace dpx
+}  // namespace dpx::zero_redundancy_optimizer_test

@@ -1,6 +1,8 @@
 #include "support/checkpoint_files.h"
 
 #include <caffe2/serialize/inline_container.h>
+#include <torch/nn/modules/batchnorm.h>
+#include <torch/nn/modules/linear.h>
 #include <unistd.h>
 
 #include <fstream>
@@ -19,16 +21,15 @@ bool python_has(const std::string& python, const std::string& module) {
   return std::system((python + " -c 'import " + module + "' >/dev/null 2>&1").c_str()) == 0;
 }
 
-std::string slurp(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::ostringstream s;
-  s << in.rdbuf();
-  return s.str();
+torch::nn::Sequential make_model() {
+  return torch::nn::Sequential(torch::nn::Linear(3, 4), torch::nn::BatchNorm1d(4),
+                               torch::nn::Linear(4, 2));
 }
 
-void spit(const std::string& path, const std::string& data) {
-  std::ofstream(path, std::ios::binary) << data;
-}
+const std::vector<std::string> kModelKeys = {
+    "0.weight",       "0.bias",         "1.weight",
+    "1.bias",         "1.running_mean", "1.running_var",
+    "1.num_batches_tracked", "2.weight", "2.bias"};
 
 void write_zip_with_pickle(const std::string& path, const std::string& pickle) {
   std::ofstream out(path, std::ios::binary);

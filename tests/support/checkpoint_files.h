@@ -6,6 +6,9 @@
 
 #include <cstdlib>
 #include <string>
+#include <vector>
+
+#include <torch/nn/modules/container/sequential.h>
 
 #include "dpx/checkpoint/checkpoint_file.h"
 #include "support/temp_dir.h"
@@ -22,8 +25,11 @@ bool run_oracle(const std::string& python, const std::string& args);
 inline bool oracle(const std::string& args) { return run_oracle(DPX_PYTHON, args); }
 bool python_has(const std::string& python, const std::string& module);
 
-std::string slurp(const std::string& path);
-void spit(const std::string& path, const std::string& data);
+
+// The checkpoint tests' model (Linear, BatchNorm1d, Linear), the oracle's model(), and its
+// state_dict keys in Python's order.
+torch::nn::Sequential make_model();
+extern const std::vector<std::string> kModelKeys;
 
 // A torch.save-shaped zip whose data.pkl is `pickle` (hand-written, e.g. calling os.system).
 void write_zip_with_pickle(const std::string& path, const std::string& pickle);

@@ -49,13 +49,6 @@ void as_training_process() { init_process(); }
 
 }  // namespace
 
-std::string read_file(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
 std::vector<std::string> run_threads(int world, const std::function<void(int)>& fn) {
   as_training_process();
   std::vector<std::string> errors(world);

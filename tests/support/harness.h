@@ -12,8 +12,14 @@
 #include "dpx/comm/process_group.h"
 #include "dpx/store/store.h"
 #include "dpx/runtime/process.h"
+#include "support/temp_dir.h"  // read_file
 
 namespace dpx::test {
+
+// Seconds on the steady clock since `start` (how long a fault took to surface).
+inline double seconds_since(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
 
 // Runs fn(rank) on `world` threads, in a process set up by dpx::init_process, and waits for
 // all; returns the first exception's message per rank ("" when that rank succeeded). gtest
@@ -41,8 +47,6 @@ struct ProcOptions {
 std::vector<ProcResult> run_processes(int world, const std::function<void(int rank)>& fn,
                                       ProcOptions options = {});
 
-// The whole content of a file ("" when it cannot be read).
-std::string read_file(const std::string& path);
 
 // Ends the calling rank at once, as a crash would (SIGKILL: no handlers, no cleanup).
 [[noreturn]] void kill_this_rank();

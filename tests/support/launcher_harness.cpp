@@ -18,6 +18,16 @@
 
 namespace dpx::test {
 std::string dpxrun_path() { return std::string(DPX_BINARY_DIR) + "/tools/dpxrun/dpxrun"; }
+std::vector<std::string> dpxrun_cmd(std::vector<std::string> flags, std::vector<std::string> worker,
+                                    std::vector<std::string> prefix) {
+  std::vector<std::string> out = std::move(prefix);
+  out.push_back(dpxrun_path());
+  out.insert(out.end(), flags.begin(), flags.end());
+  out.push_back(test_worker_path());
+  out.insert(out.end(), worker.begin(), worker.end());
+  return out;
+}
+
 std::string test_worker_path() { return std::string(DPX_BINARY_DIR) + "/tests/dpx_test_worker"; }
 
 Launch::Launch(const std::vector<std::string>& argv, LaunchOptions options) {

@@ -17,6 +17,9 @@
 namespace dpx::test {
 
 std::string dpxrun_path();
+// `prefix... dpxrun flags... test_worker worker...`
+std::vector<std::string> dpxrun_cmd(std::vector<std::string> flags, std::vector<std::string> worker,
+                                    std::vector<std::string> prefix = {});
 std::string test_worker_path();
 
 struct LaunchResult {

@@ -10,6 +10,7 @@
 #include <random>
 
 #include "dpx/runtime/slurm.h"
+#include "support/temp_dir.h"
 
 namespace dpx::test {
 namespace {
@@ -24,11 +25,6 @@ std::string sh_output(const std::string& command) {
     pclose(p);
   }
   return out;
-}
-
-std::string slurp(const std::string& path) {
-  std::ifstream in(path);
-  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
 }
 
 // A job's processes meet on port_from_job_id(job id), as on a real cluster. Each test cluster
@@ -91,8 +87,8 @@ std::string SlurmCluster::start() {
   const std::string sinfo = "SLURM_CONF=" + d + "/slurm.conf sinfo -h -o %t 2>/dev/null";
   if (wait_until([&] { return sh_output(sinfo) == "idle\n"; }, seconds(30))) return "";
   return "the private Slurm cluster did not come up within 30 s (sinfo: '" + sh_output(sinfo) +
-         "')\n--- slurmctld:\n" + ctld_->output_so_far() + slurp(d + "/slurmctld.log") +
-         "\n--- slurmd:\n" + slurmd_->output_so_far() + slurp(d + "/slurmd.log");
+         "')\n--- slurmctld:\n" + ctld_->output_so_far() + read_file(d + "/slurmctld.log") +
+         "\n--- slurmd:\n" + slurmd_->output_so_far() + read_file(d + "/slurmd.log");
 }
 
 SlurmCluster::~SlurmCluster() {

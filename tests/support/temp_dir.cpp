@@ -4,6 +4,8 @@
 
 #include <cerrno>
 #include <cstring>
+#include <fstream>
+#include <sstream>
 #include <stdexcept>
 
 #include "dpx/runtime/files.h"
@@ -20,5 +22,16 @@ TempDir::TempDir() {
 }
 
 TempDir::~TempDir() { remove_tree(path_); }
+
+std::string read_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::ostringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+void spit(const std::string& path, const std::string& data) {
+  std::ofstream(path, std::ios::binary) << data;
+}
 
 }  // namespace dpx::test

@@ -22,4 +22,8 @@ class TempDir {
   std::string path_;
 };
 
+// A whole file's bytes ("" when it cannot be read), and a file written with exactly `data`.
+std::string read_file(const std::string& path);
+void spit(const std::string& path, const std::string& data);
+
 }  // namespace dpx::test

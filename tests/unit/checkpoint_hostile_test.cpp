@@ -166,7 +166,7 @@ TEST(HostileFilesTest, SafetensorsShapeOverflowNamesTheFile) {
 TEST(HostileFilesTest, ZipRecordDeclaringMoreThanItStoresIsRefused) {
   TempDir dir;
   dpx::torch_save(c10::IValue(int64_t{3}), dir / "x.pt");
-  std::string zip = dpx::test::slurp(dir / "x.pt");
+  std::string zip = dpx::test::read_file(dir / "x.pt");
   // The central directory entry of data.pkl: its uncompressed size (offset 24) made huge.
   const auto central = zip.find(std::string("PK\x01\x02", 4));
   ASSERT_NE(central, std::string::npos);

@@ -12,7 +12,7 @@
 
 namespace {
 
-dpx::DataParallelOptions cpus(int n) {
+dpx::DataParallelOptions cpu_replicas(int n) {
   dpx::DataParallelOptions options;
   options.devices.assign(n, torch::kCPU);
   return options;
@@ -42,7 +42,7 @@ TORCH_MODULE(NestedNet);
 TEST(DataParallelStructure, NestedInputsAndOutputsKeepTheirShape) {
   torch::manual_seed(3);
   NestedNet net;
-  dpx::DataParallel dp(net, cpus(2));
+  dpx::DataParallel dp(net, cpu_replicas(2));
   auto a = torch::randn({6, 3});
   auto b = torch::randn({6, 3});
   auto c = torch::randn({6, 3});
@@ -69,7 +69,7 @@ TEST(DataParallelStructure, NestedInputsAndOutputsKeepTheirShape) {
 
 TEST(DataParallelStructure, SmallBatchRunsFewerReplicas) {
   NestedNet net;
-  dpx::DataParallel dp(net, cpus(4));
+  dpx::DataParallel dp(net, cpu_replicas(4));
   std::map<std::string, torch::Tensor> named{{"c", torch::zeros({5, 3})}};
   // chunk(4) of 5 rows gives 2, 2, 1: three replicas run, as in PyTorch.
   auto out = std::get<0>(dp(std::make_tuple(torch::ones({5, 3}), torch::ones({5, 3})), named, 0));
@@ -100,7 +100,7 @@ TORCH_MODULE(Throwing);
 
 TEST(DataParallelStructure, ReplicaExceptionNamesTheReplica) {
   Throwing net;
-  dpx::DataParallel dp(net, cpus(3));
+  dpx::DataParallel dp(net, cpu_replicas(3));
   auto x = torch::tensor({-1.0, -1.0, 1.0, 1.0, -1.0, -1.0});  // replica 1 gets {1, 1}
   try {
     dp(x);
@@ -137,7 +137,7 @@ struct OnMetaImpl : torch::nn::Cloneable<OnMetaImpl> {
 };
 
 TEST(DataParallelStructure, ModuleNotOnFirstDeviceIsAnError) {
-  dpx::DataParallel dp(std::make_shared<OnMetaImpl>(), cpus(2));
+  dpx::DataParallel dp(std::make_shared<OnMetaImpl>(), cpu_replicas(2));
   try {
     dp->forward(torch::zeros({4, 4}));
     FAIL() << "expected an error";
@@ -169,7 +169,7 @@ TEST(DataParallelStructure, DefaultsFollowTheMachine) {
   EXPECT_EQ(dp->devices().size(), cores);
   EXPECT_EQ(dp->output_device(), torch::Device(torch::kCPU));
   EXPECT_EQ(dp->threads_per_replica(), 1);
-  dpx::DataParallelOptions options = cpus(1);
+  dpx::DataParallelOptions options = cpu_replicas(1);
   options.threads_per_replica = 3;
   dpx::DataParallel one(std::make_shared<torch::nn::LinearImpl>(4, 2), options);
   EXPECT_EQ(one->threads_per_replica(), 3);
@@ -181,7 +181,7 @@ TEST(DataParallelStructure, DefaultsFollowTheMachine) {
 // DataParallel is a module holder like TORCH_MODULE's: the wrapped module is its child "module".
 TEST(DataParallelStructure, IsAModuleHolderOfAModuleHoldingTheWrappedOne) {
   torch::nn::Linear net(4, 2);
-  dpx::DataParallel dp(net, cpus(2));
+  dpx::DataParallel dp(net, cpu_replicas(2));
   using Holder = torch::nn::ModuleHolder<dpx::DataParallelImpl<torch::nn::LinearImpl>>;
   static_assert(std::is_base_of_v<Holder, decltype(dp)>);
   auto names = dp->named_parameters().keys();
@@ -196,7 +196,7 @@ TEST(DataParallelStructure, IsAModuleHolderOfAModuleHoldingTheWrappedOne) {
   const std::string path = ::testing::TempDir() + "/dp_holder.pt";
   torch::save(dp, path);
   torch::nn::Linear other(4, 2);
-  dpx::DataParallel loaded(other, cpus(2));
+  dpx::DataParallel loaded(other, cpu_replicas(2));
   torch::load(loaded, path);
   EXPECT_TRUE(torch::equal(other->weight, net->weight));
   EXPECT_TRUE(torch::equal(other->bias, net->bias));
@@ -205,7 +205,7 @@ TEST(DataParallelStructure, IsAModuleHolderOfAModuleHoldingTheWrappedOne) {
 
 TEST(DataParallelStructure, ReplicasFollowTheModulesTensors) {
   auto net = std::make_shared<torch::nn::LinearImpl>(4, 2);
-  dpx::DataParallel dp(net, cpus(2));
+  dpx::DataParallel dp(net, cpu_replicas(2));
   auto x = torch::randn({4, 4});
   dp(x);
   // Replace a parameter's tensor and the module's weights in place: replicas follow.
@@ -233,7 +233,7 @@ struct ThreadProbeImpl : torch::nn::Cloneable<ThreadProbeImpl> {
 TEST(DataParallelStructure, EachReplicaThreadHasItsOwnIntraOpThreads) {
   const int caller = at::get_num_threads();
   auto net = std::make_shared<ThreadProbeImpl>();
-  dpx::DataParallelOptions options = cpus(2);
+  dpx::DataParallelOptions options = cpu_replicas(2);
   options.threads_per_replica = 3;
   dpx::DataParallel dp(net, options);
   dp(torch::ones({4}));
@@ -243,7 +243,7 @@ TEST(DataParallelStructure, EachReplicaThreadHasItsOwnIntraOpThreads) {
 
 TEST(DataParallelStructure, SplitsAlongAnotherDimension) {
   auto net = std::make_shared<ThreadProbeImpl>();
-  dpx::DataParallelOptions options = cpus(2);
+  dpx::DataParallelOptions options = cpu_replicas(2);
   options.dim = 1;
   dpx::DataParallel dp(net, options);
   auto x = torch::arange(12.0).reshape({2, 6}).requires_grad_(true);
@@ -256,7 +256,7 @@ TEST(DataParallelStructure, SplitsAlongAnotherDimension) {
 
 TEST(DataParallelStructure, InferenceModeWorks) {
   auto net = std::make_shared<ThreadProbeImpl>();
-  dpx::DataParallel dp(net, cpus(2));
+  dpx::DataParallel dp(net, cpu_replicas(2));
   c10::InferenceMode guard;
   auto out = dp(torch::ones({4}));
   EXPECT_TRUE(torch::equal(out, torch::ones({4})));

@@ -81,7 +81,7 @@ class BrokenFiles : public ::testing::Test {
   std::string dir_;
 };
 
-#define EXPECT_ERROR_HAS(text, part) \
+#define EXPECT_TEXT_HAS(text, part) \
   EXPECT_NE((text).find(part), std::string::npos) << "error was: " << (text)
 
 TEST_F(BrokenFiles, ValidSmallFilesLoad) {
@@ -94,30 +94,30 @@ TEST_F(BrokenFiles, ValidSmallFilesLoad) {
 
 TEST_F(BrokenFiles, MissingFileNamesFileAndPackage) {
   const auto err = load_error();
-  EXPECT_ERROR_HAS(err, dir_ + "/train-images-idx3-ubyte.gz");
-  EXPECT_ERROR_HAS(err, "dataset-fashion-mnist");
+  EXPECT_TEXT_HAS(err, dir_ + "/train-images-idx3-ubyte.gz");
+  EXPECT_TEXT_HAS(err, "dataset-fashion-mnist");
 }
 
 TEST_F(BrokenFiles, WrongMagic) {
   write_set(images(5, 5), labels(5, 5, 0x803));
   const auto err = load_error();
-  EXPECT_ERROR_HAS(err, "train-labels-idx1-ubyte.gz has magic number 0x803");
+  EXPECT_TEXT_HAS(err, "train-labels-idx1-ubyte.gz has magic number 0x803");
 }
 
 TEST_F(BrokenFiles, TruncatedPayload) {
   write_set(images(5, 3), labels(5, 5));
   const auto err = load_error();
-  EXPECT_ERROR_HAS(err, "train-images-idx3-ubyte.gz is truncated");
+  EXPECT_TEXT_HAS(err, "train-images-idx3-ubyte.gz is truncated");
 }
 
 TEST_F(BrokenFiles, CountTooSmallForTheData) {
   write_set(images(5, 5), labels(4, 5));
-  EXPECT_ERROR_HAS(load_error(), "train-labels-idx1-ubyte.gz has more data than its header");
+  EXPECT_TEXT_HAS(load_error(), "train-labels-idx1-ubyte.gz has more data than its header");
 }
 
 TEST_F(BrokenFiles, ImageAndLabelCountsDisagree) {
   write_set(images(5, 5), labels(4, 4));
-  EXPECT_ERROR_HAS(load_error(), "holds 5 images but");
+  EXPECT_TEXT_HAS(load_error(), "holds 5 images but");
 }
 
 TEST_F(BrokenFiles, TruncatedGzipStream) {
@@ -126,7 +126,7 @@ TEST_F(BrokenFiles, TruncatedGzipStream) {
   struct stat st {};
   ASSERT_EQ(::stat(path.c_str(), &st), 0);
   ASSERT_EQ(::truncate(path.c_str(), st.st_size / 2), 0);
-  EXPECT_ERROR_HAS(load_error(), "train-images-idx3-ubyte.gz is");
+  EXPECT_TEXT_HAS(load_error(), "train-images-idx3-ubyte.gz is");
 }
 
 TEST_F(BrokenFiles, CorruptGzipStream) {
@@ -138,7 +138,7 @@ TEST_F(BrokenFiles, CorruptGzipStream) {
   f.seekp(-6, std::ios::end);
   f.put(byte);
   f.close();
-  EXPECT_ERROR_HAS(load_error(), "train-images-idx3-ubyte.gz is corrupt");
+  EXPECT_TEXT_HAS(load_error(), "train-images-idx3-ubyte.gz is corrupt");
 }
 
 }  // namespace

@@ -9,9 +9,11 @@
 
 namespace {
 
+using dpx::test::kModelKeys;
 using dpx::test::kVenvPython;
+using dpx::test::make_model;
 using dpx::test::oracle;
-using dpx::test::slurp;
+using dpx::test::read_file;
 using dpx::test::spit;
 using dpx::test::TempDir;
 using dpx::test::write_zip_with_pickle;
@@ -66,22 +68,6 @@ void expect_same(const c10::IValue& a, const c10::IValue& b, const std::string& 
     EXPECT_EQ(a, b) << where;
   }
 }
-
-torch::nn::Sequential make_model() {
-  return torch::nn::Sequential(torch::nn::Linear(3, 4), torch::nn::BatchNorm1d(4),
-                               torch::nn::Linear(4, 2));
-}
-
-// Python's state_dict order, so the k in the oracle's formula matches.
-const std::vector<std::string> kModelKeys = {"0.weight",
-                                             "0.bias",
-                                             "1.weight",
-                                             "1.bias",
-                                             "1.running_mean",
-                                             "1.running_var",
-                                             "1.num_batches_tracked",
-                                             "2.weight",
-                                             "2.bias"};
 
 torch::Tensor filled(const torch::Tensor& like, size_t k) {
   return (torch::arange(like.numel(), torch::kFloat64).reshape(like.sizes()) * 0.25 +
@@ -218,7 +204,7 @@ TEST(PythonFormatTest, StrictLoadNamesEveryBadKey) {
 TEST(PythonFormatTest, BadFilesGiveCheckpointError) {
   TempDir dir;
   dpx::torch_save(expected(), dir / "good.pt");
-  const std::string good = slurp(dir / "good.pt");
+  const std::string good = read_file(dir / "good.pt");
   spit(dir / "truncated.pt", good.substr(0, good.size() / 2));
   EXPECT_CHECKPOINT_ERROR(dpx::torch_load(dir / "truncated.pt"), "not a readable torch.save");
   spit(dir / "magic.pt", "DPXCKPT1 this is not a zip at all");
@@ -247,7 +233,7 @@ TEST(PythonFormatTest, BadFilesGiveCheckpointError) {
   spit(dir / "bad.safetensors", good);
   EXPECT_CHECKPOINT_ERROR(dpx::safetensors_load(dir / "bad.safetensors"), "not a safetensors");
   dpx::save_state_dict(*model, dir / "m.safetensors");
-  const std::string st = slurp(dir / "m.safetensors");
+  const std::string st = read_file(dir / "m.safetensors");
   spit(dir / "cut.safetensors", st.substr(0, st.size() - 4));
   EXPECT_CHECKPOINT_ERROR(dpx::safetensors_load(dir / "cut.safetensors"), "reach past the end");
 }
@@ -304,7 +290,7 @@ TEST(PythonFormatTest, CheckpointerTorchSaveFormatRoundTripsAndPythonLoadsIt) {
   // A damaged newest file is skipped for the previous one, as in the dpx format.
   checkpointer.save(*model, adam, {1, 4, 24});
   const auto newest = checkpointer.path_for_step(4);
-  const std::string bytes = slurp(newest);
+  const std::string bytes = read_file(newest);
   spit(newest, bytes.substr(0, bytes.size() - 10));
   EXPECT_EQ(checkpointer.load_latest(*fresh, fresh_adam)->step, 3);
 }

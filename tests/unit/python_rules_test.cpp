@@ -10,12 +10,9 @@
 
 namespace {
 
+using dpx::test::kModelKeys;
+using dpx::test::make_model;
 using dpx::test::TempDir;
-
-const std::vector<std::string> kModelKeys = {
-    "0.weight",       "0.bias",        "1.weight",
-    "1.bias",         "1.running_mean", "1.running_var",
-    "1.num_batches_tracked", "2.weight", "2.bias"};
 
 std::vector<std::string> names(const std::vector<std::pair<std::string, at::Tensor>>& tensors) {
   std::vector<std::string> out;
@@ -27,11 +24,6 @@ std::vector<std::string> strings(const c10::IValue& list) {
   std::vector<std::string> out;
   for (const auto& x : list.toListRef()) out.push_back(x.toStringRef());
   return out;
-}
-
-torch::nn::Sequential make_model() {
-  return torch::nn::Sequential(torch::nn::Linear(3, 4), torch::nn::BatchNorm1d(4),
-                               torch::nn::Linear(4, 2));
 }
 
 // The oracle's old_model().
@@ -109,7 +101,7 @@ TEST(PythonRulesTest, FilesListKeysInPythonsOrder) {
   dpx::save_state_dict(*model, dir / "m.safetensors");
   EXPECT_EQ(names(dpx::safetensors_load(dir / "m.safetensors")), kModelKeys);
   // The safetensors header too lists them so (Python's load_file follows the data's order).
-  const std::string bytes = dpx::test::slurp(dir / "m.safetensors");
+  const std::string bytes = dpx::test::read_file(dir / "m.safetensors");
   EXPECT_LT(bytes.find("\"0.weight\""), bytes.find("\"1.running_mean\""));
   EXPECT_LT(bytes.find("\"1.num_batches_tracked\""), bytes.find("\"2.weight\""));
   // A header out of its data's order loads by data (begin, then end; ties in header order), as

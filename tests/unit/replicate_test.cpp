@@ -10,7 +10,7 @@
 
 namespace {
 
-std::vector<torch::Device> cpus(int n) { return std::vector<torch::Device>(n, torch::kCPU); }
+std::vector<torch::Device> cpu_devices(int n) { return std::vector<torch::Device>(n, torch::kCPU); }
 
 struct BnNetImpl : torch::nn::Cloneable<BnNetImpl> {
   BnNetImpl() { reset(); }
@@ -29,7 +29,7 @@ TEST(Replicate, GradientsOfAllReplicasReachTheOriginal) {
   BnNet net;
   BnNet ref(std::dynamic_pointer_cast<BnNetImpl>(net->clone()));
   auto copy = std::dynamic_pointer_cast<BnNetImpl>(ref->clone());
-  auto replicas = dpx::replicate(net, cpus(2));
+  auto replicas = dpx::replicate(net, cpu_devices(2));
   ASSERT_EQ(replicas.size(), 2u);
   // Replica parameters share the original's storage and are not leaves.
   EXPECT_TRUE(replicas[1]->fc->weight.is_alias_of(net->fc->weight));
@@ -48,7 +48,7 @@ TEST(Replicate, GradientsOfAllReplicasReachTheOriginal) {
 
 TEST(Replicate, FirstReplicaSharesBuffersOthersCopyThem) {
   BnNet net;
-  auto replicas = dpx::replicate(net, cpus(2));
+  auto replicas = dpx::replicate(net, cpu_devices(2));
   EXPECT_TRUE(replicas[0]->bn->running_mean.is_alias_of(net->bn->running_mean));
   EXPECT_FALSE(replicas[1]->bn->running_mean.is_alias_of(net->bn->running_mean));
   replicas[0]->forward(torch::randn({4, 3}) + 5);
@@ -60,11 +60,11 @@ TEST(Replicate, FirstReplicaSharesBuffersOthersCopyThem) {
 
 TEST(Replicate, DetachedReplicasAndGradMode) {
   BnNet net;
-  auto detached = dpx::replicate(net, cpus(2), {/*detach=*/true});
+  auto detached = dpx::replicate(net, cpu_devices(2), {/*detach=*/true});
   EXPECT_FALSE(detached[1]->fc->weight.requires_grad());
   EXPECT_TRUE(torch::equal(detached[1]->fc->weight, net->fc->weight));
   torch::NoGradGuard no_grad;
-  auto plain = dpx::replicate(net, cpus(1));
+  auto plain = dpx::replicate(net, cpu_devices(1));
   EXPECT_FALSE(plain[0]->fc->weight.requires_grad());
 }
 
@@ -72,7 +72,7 @@ TEST(Replicate, TrainingFlagsFollowAndRandomStateIsKept) {
   BnNet net;
   net->bn->eval();
   auto before = at::detail::getDefaultCPUGenerator().get_state();
-  auto replicas = dpx::replicate(net, cpus(2));
+  auto replicas = dpx::replicate(net, cpu_devices(2));
   EXPECT_TRUE(torch::equal(at::detail::getDefaultCPUGenerator().get_state(), before));
   EXPECT_TRUE(replicas[1]->is_training());
   EXPECT_FALSE(replicas[1]->bn->is_training());
@@ -82,7 +82,7 @@ TEST(Replicate, NonCloneableModuleIsAClearError) {
   struct Plain : torch::nn::Module {};
   auto plain = std::make_shared<Plain>();
   try {
-    dpx::replicate(std::static_pointer_cast<torch::nn::Module>(plain), cpus(2));
+    dpx::replicate(std::static_pointer_cast<torch::nn::Module>(plain), cpu_devices(2));
     FAIL() << "expected an error";
   } catch (const c10::Error& e) {
     EXPECT_NE(std::string(e.what()).find("clone() has not been implemented"), std::string::npos)
@@ -92,7 +92,7 @@ TEST(Replicate, NonCloneableModuleIsAClearError) {
 
 TEST(ParallelApply, RunsEachReplicaOnItsInput) {
   auto net = std::make_shared<torch::nn::LinearImpl>(3, 2);
-  auto replicas = dpx::replicate(net, cpus(3));
+  auto replicas = dpx::replicate(net, cpu_devices(3));
   auto x = torch::randn({6, 3});
   std::vector<torch::Tensor> inputs = x.chunk(3);
   auto outputs = dpx::parallel_apply(replicas, inputs);
@@ -101,7 +101,7 @@ TEST(ParallelApply, RunsEachReplicaOnItsInput) {
   EXPECT_TRUE(torch::allclose(torch::cat(outputs), net->forward(x), 1e-5, 1e-6));
 
   // The IValue form, composed with scatter and gather as DataParallel's steps.
-  auto pieces = dpx::scatter(x, cpus(3));
+  auto pieces = dpx::scatter(x, cpu_devices(3));
   std::vector<std::shared_ptr<torch::nn::Module>> modules(replicas.begin(), replicas.end());
   auto results = dpx::parallel_apply(
       modules, pieces, [](torch::nn::Module& m, const c10::IValue& in) -> c10::IValue {
@@ -115,7 +115,7 @@ TEST(ParallelApply, RunsEachReplicaOnItsInput) {
 
 TEST(ParallelApply, ReraisesTheFirstFailingReplica) {
   auto net = std::make_shared<torch::nn::LinearImpl>(3, 2);
-  auto replicas = dpx::replicate(net, cpus(3));
+  auto replicas = dpx::replicate(net, cpu_devices(3));
   std::vector<torch::Tensor> inputs{torch::zeros({1, 3}), torch::zeros({1, 4}), torch::zeros({1, 5})};
   try {
     dpx::parallel_apply(replicas, inputs);
@@ -130,7 +130,7 @@ TEST(ParallelApply, ReraisesTheFirstFailingReplica) {
 
 TEST(ParallelApply, ReplicaThreadsKeepTheCallersGradMode) {
   auto net = std::make_shared<torch::nn::LinearImpl>(3, 2);
-  auto replicas = dpx::replicate(net, cpus(2), {/*detach=*/true});
+  auto replicas = dpx::replicate(net, cpu_devices(2), {/*detach=*/true});
   std::vector<torch::Tensor> inputs{torch::ones({1, 3}, torch::requires_grad()),
                                     torch::ones({1, 3}, torch::requires_grad())};
   torch::NoGradGuard no_grad;

@@ -7,11 +7,11 @@ namespace {
 
 using c10::IValue;
 
-std::vector<torch::Device> cpus(int n) { return std::vector<torch::Device>(n, torch::kCPU); }
+std::vector<torch::Device> cpu_list(int n) { return std::vector<torch::Device>(n, torch::kCPU); }
 
 TEST(Scatter, SplitsTensorsLikeChunk) {
   auto x = torch::arange(14).reshape({7, 2});
-  auto pieces = dpx::scatter(x, cpus(3));
+  auto pieces = dpx::scatter(x, cpu_list(3));
   ASSERT_EQ(pieces.size(), 3u);
   EXPECT_TRUE(torch::equal(pieces[0].toTensor(), x.slice(0, 0, 3)));
   EXPECT_TRUE(torch::equal(pieces[1].toTensor(), x.slice(0, 3, 6)));
@@ -20,16 +20,16 @@ TEST(Scatter, SplitsTensorsLikeChunk) {
 
 TEST(Scatter, SmallBatchGivesFewerPieces) {
   // chunk(4) of 5 rows is 2, 2, 1: three replicas, as in PyTorch.
-  EXPECT_EQ(dpx::scatter(torch::zeros({5, 1}), cpus(4)).size(), 3u);
-  EXPECT_EQ(dpx::scatter(torch::zeros({1, 3}), cpus(4)).size(), 1u);
+  EXPECT_EQ(dpx::scatter(torch::zeros({5, 1}), cpu_list(4)).size(), 3u);
+  EXPECT_EQ(dpx::scatter(torch::zeros({1, 3}), cpu_list(4)).size(), 1u);
   // The shortest split wins across the tensors of one structure.
   auto both = c10::ivalue::Tuple::create({torch::zeros({8}), torch::zeros({2})});
-  EXPECT_EQ(dpx::scatter(both, cpus(4)).size(), 2u);
+  EXPECT_EQ(dpx::scatter(both, cpu_list(4)).size(), 2u);
 }
 
 TEST(Scatter, AlongOtherDimension) {
   auto x = torch::arange(12).reshape({2, 6});
-  auto pieces = dpx::scatter(x, cpus(2), /*dim=*/1);
+  auto pieces = dpx::scatter(x, cpu_list(2), /*dim=*/1);
   ASSERT_EQ(pieces.size(), 2u);
   EXPECT_TRUE(torch::equal(pieces[1].toTensor(), x.slice(1, 3, 6)));
 }
@@ -44,7 +44,7 @@ TEST(Scatter, NestedStructureAndNonTensors) {
   dict.insert("z", x * 10);
   auto tree = c10::ivalue::Tuple::create({x, list, dict, IValue("tag"), IValue()});
 
-  auto pieces = dpx::scatter(tree, cpus(2));
+  auto pieces = dpx::scatter(tree, cpu_list(2));
   ASSERT_EQ(pieces.size(), 2u);
   for (int i = 0; i < 2; ++i) {
     const auto& e = pieces[i].toTupleRef().elements();
@@ -62,7 +62,7 @@ TEST(Scatter, NestedStructureAndNonTensors) {
 
 TEST(Scatter, IsDifferentiable) {
   auto x = torch::ones({4, 3}, torch::requires_grad());
-  auto pieces = dpx::scatter(x, cpus(2));
+  auto pieces = dpx::scatter(x, cpu_list(2));
   (pieces[0].toTensor().sum() * 2 + pieces[1].toTensor().sum() * 3).backward();
   auto expected = torch::cat({torch::full({2, 3}, 2.0), torch::full({2, 3}, 3.0)});
   EXPECT_TRUE(torch::equal(x.grad(), expected));
@@ -76,7 +76,7 @@ TEST(Gather, InvertsScatterKeepingStructure) {
   std::vector<at::Tensor> vec{torch::randn({6, 4}), torch::randn({6})};
   auto tree = c10::ivalue::Tuple::create({x, dict, vec});
 
-  auto gathered = dpx::gather(dpx::scatter(tree, cpus(3)), torch::kCPU);
+  auto gathered = dpx::gather(dpx::scatter(tree, cpu_list(3)), torch::kCPU);
   auto e = gathered.toTupleRef().elements();
   ASSERT_EQ(e.size(), 3u);
   EXPECT_TRUE(torch::equal(e[0].toTensor(), x));

@@ -15,6 +15,7 @@
 #include "dpx/runtime/env.h"
 #include "dpx/runtime/files.h"
 #include "dpx/store/errors.h"
+#include "dpxrun/clock_and_say.h"
 #include "dpxrun/net.h"
 
 extern char** environ;
@@ -33,11 +34,6 @@ void on_signal(int sig) {
   }
 }
 
-double now() {
-  using namespace std::chrono;
-  return duration<double>(steady_clock::now().time_since_epoch()).count();
-}
-
 // Waits up to `seconds` or until a signal arrives.
 void wait_or_signal(double seconds) {
   pollfd p{g_wake[0], POLLIN, 0};
@@ -47,8 +43,6 @@ void wait_or_signal(double seconds) {
     }
   }
 }
-
-void say(const std::string& msg) { std::fprintf(stderr, "dpxrun: %s\n", msg.c_str()); }
 
 const char* kWorkerVars[] = {
     "RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK", "GROUP_WORLD_SIZE",

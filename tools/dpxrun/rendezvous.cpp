@@ -10,16 +10,12 @@
 #include <vector>
 
 #include "dpx/store/errors.h"
+#include "dpxrun/clock_and_say.h"
 #include "dpxrun/net.h"
 #include "store/route.h"
 
 namespace dpxrun {
 namespace {
-
-double now() {
-  using namespace std::chrono;
-  return duration<double>(steady_clock::now().time_since_epoch()).count();
-}
 
 std::chrono::milliseconds ms(double seconds) {
   return std::chrono::milliseconds(static_cast<long>(seconds * 1000));

@@ -11,11 +11,10 @@
 
 #include "dpx/observe/timeline.h"
 #include "dpx/runtime/files.h"
+#include "dpxrun/clock_and_say.h"
 
 namespace dpxrun {
 namespace {
-
-void say(const std::string& msg) { std::fprintf(stderr, "dpxrun: %s\n", msg.c_str()); }
 
 // FILE.rank<R>.json next to `file`, in rank order.
 std::vector<std::string> rank_files(const std::string& file) {

@@ -16,7 +16,7 @@
 namespace dpx::detail {
 namespace {
 
-c10d::ReduceOp to_c10d(ReduceOp op) {
+c10d::ReduceOp gloo_op(ReduceOp op) {
   switch (op) {
     case ReduceOp::kSum:
     case ReduceOp::kAvg:  // Gloo has no average: callers pre-divide and sum
@@ -137,7 +137,7 @@ std::shared_ptr<Work> GlooGroup::launch_allreduce(at::Tensor& tensor, ReduceOp o
   }
   std::vector<at::Tensor> tensors{tensor};
   c10d::AllreduceOptions o;
-  o.reduceOp = to_c10d(op);
+  o.reduceOp = gloo_op(op);
   return wrap(pg_->allreduce(tensors, o), "allreduce");
 }
 

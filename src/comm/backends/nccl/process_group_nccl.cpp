@@ -20,7 +20,7 @@
 namespace dpx::detail {
 namespace {
 
-c10d::ReduceOp to_c10d(ReduceOp op) {
+c10d::ReduceOp nccl_op(ReduceOp op) {
   switch (op) {
     case ReduceOp::kSum: return c10d::ReduceOp::SUM;
     case ReduceOp::kAvg: return c10d::ReduceOp::AVG;  // ncclAvg (NCCL 2.10+)
@@ -94,7 +94,7 @@ class NcclGroup : public ProcessGroup {
   std::shared_ptr<Work> do_allreduce(at::Tensor& tensor, const AllreduceOptions& opts) override {
     std::vector<at::Tensor> tensors{tensor};
     c10d::AllreduceOptions o;
-    o.reduceOp = to_c10d(opts.op);
+    o.reduceOp = nccl_op(opts.op);
     return launch("allreduce", [&] { return pg_->allreduce(tensors, o); });
   }
   std::shared_ptr<Work> do_broadcast(at::Tensor& tensor, const BroadcastOptions& opts) override {
@@ -118,7 +118,7 @@ class NcclGroup : public ProcessGroup {
     at::Tensor out = output.view({-1});
     at::Tensor in = input.view({-1});
     c10d::ReduceScatterOptions o;
-    o.reduceOp = to_c10d(opts.op);
+    o.reduceOp = nccl_op(opts.op);
     c10d::Backend& backend = *pg_;
     return launch("reduce_scatter", [&] { return backend._reduce_scatter_base(out, in, o); });
   }
