@@ -3,6 +3,8 @@
 #   scripts/build.sh          the newest installed (PyTorch 2.15 in .venv, else Debian's 1.13), in build/
 #   scripts/build.sh 1.13     Debian's LibTorch 1.13, in build-1.13/ (build/ when it is the only one)
 #   scripts/build.sh 2.11 dpx_unit_tests   only the targets named after the version
+# Batches of sources compile as one unit (Note [Unity builds], CMakeLists.txt); ccache keeps up
+# to 20 GB (CCACHE_MAXSIZE), room for the three LibTorches' objects and precompiled headers.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
@@ -12,8 +14,8 @@ targets=("${@:2}")
 [ -n "$version" ] || { echo "build: no LibTorch found (scripts/setup.sh installs one)" >&2; exit 1; }
 dir="$(torch_dir "$version")"
 [ -n "$dir" ] || { echo "build: LibTorch $version is not installed (scripts/setup.sh)" >&2; exit 1; }
-out="$(build_dir "$version")"
-export CCACHE_DIR="${CCACHE_DIR:-$HOME/.cache/dpx-ccache}" CCACHE_BASEDIR="$PWD" CCACHE_SLOPPINESS=pch_defines,time_macros,include_file_mtime,include_file_ctime
+out="${DPX_BUILD_DIR:-$(build_dir "$version")}"  # DPX_BUILD_DIR: bench/ci_build_time.sh
+export CCACHE_DIR="${CCACHE_DIR:-$HOME/.cache/dpx-ccache}" CCACHE_MAXSIZE="${CCACHE_MAXSIZE:-20G}" CCACHE_BASEDIR="$PWD" CCACHE_SLOPPINESS=pch_defines,time_macros,include_file_mtime,include_file_ctime
 # A build folder configured for another LibTorch starts afresh.
 if [ -f "$out/CMakeCache.txt" ] && ! grep -qx "Torch_DIR:[A-Z]*=$dir" "$out/CMakeCache.txt"; then
   echo "build: $out/ was configured for another LibTorch; configuring it again for $version"
