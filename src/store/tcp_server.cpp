@@ -8,6 +8,8 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdio>
+#include <string>
 
 #include "store/tcp_protocol.h"
 #include "store/tcp_server_state.h"
@@ -18,8 +20,19 @@ namespace dpx::detail {
 using net::Clock;
 namespace proto = store_protocol;
 
+int descriptor_limit() {
+  rlimit limit{};
+  if (::getrlimit(RLIMIT_NOFILE, &limit) != 0 || limit.rlim_cur == RLIM_INFINITY) return 1 << 20;
+  return static_cast<int>(std::min<rlim_t>(limit.rlim_cur, 1 << 20));
+}
+
+int unidentified_cap(int max_unidentified) {
+  return std::max(1, std::min(max_unidentified, descriptor_limit() / 4));
+}
+
 TcpServer::TcpServer(const TcpServerOptions& options) : state_(std::make_unique<State>()) {
   state_->options = options;
+  state_->unidentified_cap = unidentified_cap(options.max_unidentified);
   state_->listener = net::listen_on(options.host, options.port);
   state_->reserve = net::Fd(::open("/dev/null", O_RDONLY | O_CLOEXEC));
   port_ = net::local_port(state_->listener.get());
@@ -89,8 +102,13 @@ int TcpServer::State::poll_timeout_ms(Clock::time_point now) const {
 // descriptor each until their hello deadline. With a low `ulimit -n` they used to exhaust the
 // process's descriptors, and accept() then failed for every client, the job's own included,
 // until the flood's deadline passed. So:
-//   1. at most max_unidentified connections may wait to say who they are; one more pushes out
-//      the oldest of them;
+//   1. at most a quarter of the process's descriptor limit (ulimit -n), and never more than
+//      max_unidentified, connections may wait to say who they are; one more pushes out the
+//      oldest of them, and the server says so once on stderr. The server shares its process with
+//      a rank (or dpxrun's agent), whose own segments, sockets and files must always find a
+//      descriptor: strangers may take a quarter, the job's own clients (identified at once, step
+//      2) are never counted, and set-up refuses a limit too low for the rest
+//      (Note [Descriptor budget] in src/comm/init/descriptors.h);
 //   2. a connection's first bytes are read as soon as it is accepted, so a client that sent its
 //      hello with its connection (dpx's and c10d's clients do) is identified at once and is never
 //      pushed out by the connections that follow it;
@@ -138,8 +156,23 @@ void TcpServer::State::admit(int fd) {
   clients.push_back(std::move(c));
   int unidentified = 0;
   for (const auto& x : clients) unidentified += !x->dead && !x->identified;
-  if (unidentified > std::max(options.max_unidentified, 1)) make_room();
+  if (unidentified > unidentified_cap) {
+    make_room();
+    say_cap_once();
+  }
   receive(admitted);
+}
+
+void TcpServer::State::say_cap_once() {
+  if (said_cap) return;
+  said_cap = true;
+  const std::string line = "dpx store server (" + options.host + ":" +
+      std::to_string(net::local_port(listener.get())) + "): more than " +
+      std::to_string(unidentified_cap) + " connections have not said who they are; the oldest "
+      "is closed as each new one arrives, so that they cannot take the file descriptors this "
+      "process needs (at most a quarter of ulimit -n = " + std::to_string(descriptor_limit()) +
+      " wait at once). The job's own clients identify themselves at once and are served.\n";
+  std::fputs(line.c_str(), stderr);  // one write: no interleaving with other threads' lines
 }
 
 // Closes the oldest connection that has not said who it is; false when there is none.
@@ -165,11 +198,9 @@ void TcpServer::State::refuse(int fd) {
     while (::recv(fd, buf, sizeof(buf), MSG_DONTWAIT) > 0) {
     }
   }
-  rlimit limit{};
-  ::getrlimit(RLIMIT_NOFILE, &limit);
   const std::string why = proto::Writer().u8(proto::kError).str(
       "the store server has run out of file descriptors (its limit, ulimit -n, is " +
-      std::to_string(limit.rlim_cur) + "), all held by clients it serves; raise ulimit -n where "
+      std::to_string(descriptor_limit()) + "), all held by clients it serves; raise ulimit -n where "
       "the store runs (rank 0, or the launcher)").frame();
   (void)!::send(fd, why.data(), why.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
   ::shutdown(fd, SHUT_WR);

@@ -42,9 +42,16 @@ struct TcpServerOptions {
   std::chrono::milliseconds client_deadline = std::chrono::seconds(10);
   std::chrono::milliseconds hello_deadline = std::chrono::seconds(2);
   bool accept_c10d_clients = false;  // Note [c10d clients]
-  // Connections not yet identified (no hello, no first request) beyond this push out the oldest.
+  // Connections not yet identified (no hello, no first request) beyond this, or beyond a quarter
+  // of ulimit -n, push out the oldest.
   int max_unidentified = 128;
 };
+
+// This process's descriptor limit (RLIMIT_NOFILE's soft limit, ulimit -n).
+int descriptor_limit();
+// How many connections may wait to say who they are (Note [Out of descriptors]): a quarter of
+// descriptor_limit(), at most max_unidentified, at least 1.
+int unidentified_cap(int max_unidentified);
 
 class TcpServer {
  public:

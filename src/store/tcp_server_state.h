@@ -42,6 +42,8 @@ struct TcpServer::State {
   std::vector<std::unique_ptr<ServerClient>> clients;
   std::unordered_map<std::string, std::string> data;
   bool accept_paused = false;  // out of descriptors: accept again once a client leaves
+  int unidentified_cap = 1;     // step 1 of Note [Out of descriptors]
+  bool said_cap = false;        // the line that says strangers are being pushed out, once
 
   // tcp_server.cpp: connections.
   void run();
@@ -49,6 +51,7 @@ struct TcpServer::State {
   void admit(int fd);
   bool accept_without_descriptors();
   bool make_room();
+  void say_cap_once();
   void refuse(int fd);
   void receive(ServerClient& c);
   void handle_input(ServerClient& c);

@@ -27,14 +27,7 @@ bool has(const std::string& text, const std::string& part) {
   return text.find(part) != std::string::npos;
 }
 
-InitOptions over_tcp(int port, int rank, int world, const std::string& backend) {
-  InitOptions o;
-  o.backend = backend;
-  o.timeout = 15s;
-  o.init_method = "tcp://127.0.0.1:" + std::to_string(port) + "?rank=" + std::to_string(rank) +
-                  "&world_size=" + std::to_string(world);
-  return o;
-}
+using test::over_tcp;
 
 // init_process_group's error on this rank, and how long it took to come.
 std::string setup_error(const InitOptions& o, double& seconds) {

@@ -190,6 +190,16 @@ std::shared_ptr<Store> StoreServer::client(std::chrono::milliseconds timeout) co
   return Store::tcp(o);
 }
 
+InitOptions over_tcp(int port, int rank, int world, const std::string& backend,
+                     std::chrono::milliseconds timeout) {
+  InitOptions o;
+  o.backend = backend;
+  o.timeout = timeout;
+  o.init_method = "tcp://127.0.0.1:" + std::to_string(port) + "?rank=" + std::to_string(rank) +
+                  "&world_size=" + std::to_string(world);
+  return o;
+}
+
 ProcessGroup::Options with_timeout(std::chrono::milliseconds timeout) {
   ProcessGroup::Options o;
   o.timeout = timeout;

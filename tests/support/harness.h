@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "dpx/comm/init.h"
 #include "dpx/comm/process_group.h"
 #include "dpx/store/store.h"
 #include "dpx/runtime/process.h"
@@ -74,6 +75,11 @@ class StoreServer {
  private:
   std::shared_ptr<Store> server_;
 };
+
+// init_process_group's options for rank `rank` of `world` over tcp://127.0.0.1:port, rank 0
+// serving the store.
+InitOptions over_tcp(int port, int rank, int world, const std::string& backend,
+                     std::chrono::milliseconds timeout = std::chrono::seconds(15));
 
 // Options of a group whose collectives time out after `timeout`.
 ProcessGroup::Options with_timeout(std::chrono::milliseconds timeout);

@@ -5,6 +5,7 @@
 #include <sys/socket.h>
 
 #include "comm/setup/backend.h"
+#include "comm/init/descriptors.h"
 #include "comm/init/factory.h"
 #include "comm/init/init_url.h"
 #include "comm/setup/members.h"
@@ -83,6 +84,8 @@ std::shared_ptr<Store> tcp_store(const StoreAt& at, const Rendezvous& r,
   o.host = at.host;
   o.port = static_cast<std::uint16_t>(at.port);
   o.is_server = r.rank == 0 && !at.agent_store;
+  // Before the store listens, so that no stranger has arrived yet (Note [Descriptor budget]).
+  detail::check_descriptor_limit(r.rank, r.world_size, o.is_server);
   o.c10d_protocol = at.agent_store;
   o.token = at.token;
   o.timeout = timeout;
@@ -126,6 +129,7 @@ Rendezvous rendezvous(const InitOptions& opts) {
     r.store = tcp_store({url.host, url.port, "the init method's host", false, url.token}, r,
                         opts.timeout);
   } else {
+    detail::check_descriptor_limit(r.rank, r.world_size, /*serves_store=*/false);
     r.store = Store::file(url.path, r.world_size);
     r.store->set_timeout(opts.timeout);
   }
