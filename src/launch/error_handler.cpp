@@ -123,6 +123,11 @@ void install_error_handler() {
     return;
   }
   std::snprintf(g_error_file, sizeof(g_error_file), "%s", path);
+  // The trace a launcher reads when no error file comes: the handler was there, so a non-zero
+  // exit without one means the program returned it without throwing (error_handler.h).
+  const std::string marker = std::string(path) + kHandlerMarkerSuffix;
+  const int fd = ::open(marker.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
+  if (fd >= 0) ::close(fd);
   std::set_terminate(on_terminate);
   for (int sig : kFatalSignals) {
     struct sigaction sa {};

@@ -290,6 +290,24 @@ TEST(Launcher, ErrorHandlerReportsUncaughtExceptionAndCrash) {
   EXPECT_NE(s.output.find("exitcode  : -11"), std::string::npos) << s.output;
 }
 
+TEST(Launcher, AWorkerWithoutAnErrorFileIsDescribedByWhatItDid) {
+  // Handler installed, code returned from main: nothing was thrown, which is what dpxrun says.
+  auto r = run_launcher(dpxrun_cmd({"--standalone", "--monitor-interval", "0.05"}, {"return", "7"}));
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_NE(r.output.find("exitcode  : 7"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("the worker exited with code 7 without throwing, so no error file was "
+                          "written (its error handler was installed"), std::string::npos)
+      << r.output;
+  EXPECT_EQ(r.output.find("install_error_handler() to get one"), std::string::npos) << r.output;
+  // No handler: the hint stays.
+  auto b = run_launcher(dpxrun_cmd({"--standalone", "--monitor-interval", "0.05"},
+                                   {"return-bare", "5"}));
+  EXPECT_EQ(b.exit_code, 1) << b.output;
+  EXPECT_NE(b.output.find("the worker exited with code 5 and wrote no error file (call "
+                          "dpx::install_error_handler() to get one)"), std::string::npos)
+      << b.output;
+}
+
 // Starts 3 sleeping workers, sends SIGINT to dpxrun, returns the exit and the workers' pids.
 LaunchResult interrupt_sleepers(const std::string& dir, const std::string& how,
                                 std::vector<pid_t>& pids) {

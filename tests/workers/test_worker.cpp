@@ -11,6 +11,8 @@
 //   train DIR               DDP on gloo, 20 SGD steps of a small MLP on per-rank data; rank 0
 //                           writes the parameters (exact hex floats) to DIR/params
 //   print                   one line on stdout and one on stderr
+//   return N                exit N from main without throwing, the error handler installed
+//   return-bare N           the same without installing it
 #include <signal.h>
 #include <unistd.h>
 
@@ -137,9 +139,14 @@ int train(const std::string& dir) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  dpx::install_error_handler();
   const std::string mode = argc > 1 ? argv[1] : "";
   const std::string arg2 = argc > 2 ? argv[2] : "", arg3 = argc > 3 ? argv[3] : "";
+  if (mode == "return-bare") return std::atoi(arg2.c_str());
+  dpx::install_error_handler();
+  if (mode == "return") {
+    std::fprintf(stderr, "test_worker: returning %s\n", arg2.c_str());
+    return std::atoi(arg2.c_str());
+  }
   if (mode == "env") {
     for (int i = 3; i < argc; ++i) g_args += std::string(i > 3 ? " " : "") + argv[i];
     record(arg2);

@@ -14,6 +14,7 @@
 
 #include "dpx/runtime/env.h"
 #include "dpx/runtime/files.h"
+#include "dpx/launch/error_handler.h"
 #include "dpx/store/errors.h"
 #include "dpxrun/clock_and_say.h"
 #include "dpxrun/net.h"
@@ -166,6 +167,7 @@ void Agent::start_workers(const RoundInfo& r) {
     l.env = worker_env(r, lr);
     l.error_file = dir + "/error.json";
     ::unlink(l.error_file.c_str());  // a file left by an earlier round must not be quoted
+    ::unlink((l.error_file + dpx::kHandlerMarkerSuffix).c_str());
     const int redirect = config_.redirects.for_rank(lr), tee = config_.tee.for_rank(lr);
     l.pipe_stdout = !(redirect & 1) || (tee & 1);
     l.pipe_stderr = !(redirect & 2) || (tee & 2);

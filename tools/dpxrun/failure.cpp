@@ -1,9 +1,13 @@
 #include "dpxrun/failure.h"
 
+#include <unistd.h>
+
 #include <nlohmann/json.hpp>
 
 #include <fstream>
 #include <sstream>
+
+#include "dpx/launch/error_handler.h"
 
 namespace dpxrun {
 namespace {
@@ -44,6 +48,20 @@ std::time_t timestamp_of(const nlohmann::json& stamp) {
   } catch (const std::exception&) {
     return 0;
   }
+}
+
+// A worker that exited with a code and left no error file: returned it without throwing (its
+// handler left the marker, dpx/launch/error_handler.h), or has no handler to write one.
+std::string no_error_file(const Worker& w) {
+  const std::string code = std::to_string(w.exit_code);
+  if (!w.error_file.empty() &&
+      ::access((w.error_file + dpx::kHandlerMarkerSuffix).c_str(), F_OK) == 0) {
+    return "the worker exited with code " + code + " without throwing, so no error file was "
+           "written (its error handler was installed; nothing left main() as an exception and no "
+           "fatal signal came): its own output above says why it returned " + code;
+  }
+  return "the worker exited with code " + code + " and wrote no error file (call "
+         "dpx::install_error_handler() to get one)";
 }
 
 }  // namespace
@@ -93,8 +111,7 @@ Failure make_failure(const Worker& w, const std::string& host, const std::string
   } else if (f.message.empty()) {
     f.message = w.signal != 0 ? "Signal " + std::to_string(w.signal) + " (" + describe_exit(w) +
                                     ") received by PID " + std::to_string(w.pid)
-                              : "the worker wrote no error file (call "
-                                "dpx::install_error_handler() to get one)";
+                                  : no_error_file(w);
   }
   return f;
 }
