@@ -17,16 +17,6 @@ namespace {
 
 using std::chrono::seconds;
 
-std::vector<std::string> dpxrun(std::vector<std::string> prefix, std::vector<std::string> flags,
-                                std::vector<std::string> worker) {
-  std::vector<std::string> out = std::move(prefix);
-  out.push_back(dpxrun_path());
-  out.insert(out.end(), flags.begin(), flags.end());
-  out.push_back(test_worker_path());
-  out.insert(out.end(), worker.begin(), worker.end());
-  return out;
-}
-
 std::vector<std::string> two_nodes(int port) {
   return {"--nnodes", "2", "--nproc-per-node", "1", "--rdzv-backend", "c10d", "--rdzv-endpoint",
           std::string(TwoHosts::kAddrA) + ":" + std::to_string(port), "--rdzv-id", "netns",
@@ -44,15 +34,15 @@ LaunchOptions no_network_variables() {
 TEST(NetnsGloo, TwoHostsTrainWithoutInterfaceVariableAsOneHostDoes) {
   if (auto why = TwoHosts::why_not(); !why.empty()) GTEST_SKIP() << why;
   TempDir one, two;
-  auto single = run_launcher(dpxrun({}, {"--standalone", "--nproc-per-node", "2"},
+  auto single = run_launcher(dpxrun_cmd({"--standalone", "--nproc-per-node", "2"},
                                     {"train", one.path()}),
                              seconds(120), no_network_variables());
   ASSERT_EQ(single.exit_code, 0) << single.output;
   TwoHosts hosts;
   ASSERT_TRUE(hosts.ok()) << "could not set up the network namespaces";
-  Launch a(dpxrun(hosts.exec_a(), two_nodes(29400), {"train", two.path()}),
+  Launch a(dpxrun_cmd(two_nodes(29400), {"train", two.path()}, hosts.exec_a()),
            no_network_variables());
-  Launch b(dpxrun(hosts.exec_b(), two_nodes(29400), {"train", two.path()}),
+  Launch b(dpxrun_cmd(two_nodes(29400), {"train", two.path()}, hosts.exec_b()),
            no_network_variables());
   auto ra = a.wait(seconds(120)), rb = b.wait(seconds(120));
   ASSERT_EQ(ra.exit_code, 0) << ra.output << "\n--- host b:\n" << rb.output;
@@ -68,9 +58,9 @@ TEST(NetnsGloo, LosingAHostEndsTheOtherWithPeerLostError) {
   ASSERT_TRUE(hosts.ok()) << "could not set up the network namespaces";
   TempDir dir;
   // Host a serves the rendezvous store; host b's agent and workers die at once.
-  Launch a(dpxrun(hosts.exec_a(), two_nodes(29400), {"allreduce", dir.path(), "60"}),
+  Launch a(dpxrun_cmd(two_nodes(29400), {"allreduce", dir.path(), "60"}, hosts.exec_a()),
            no_network_variables());
-  Launch b(dpxrun(hosts.exec_b(), two_nodes(29400), {"allreduce", dir.path(), "60"}),
+  Launch b(dpxrun_cmd(two_nodes(29400), {"allreduce", dir.path(), "60"}, hosts.exec_b()),
            no_network_variables());
   ASSERT_TRUE(wait_until([&] { return std::ifstream(dir.path() + "/running_1_0").good() &&
                                       std::ifstream(dir.path() + "/running_0_0").good(); },
@@ -111,8 +101,8 @@ TEST(NetnsGloo, CheckFromBothHostsNamesTheAddressEachListensOn) {
   ASSERT_TRUE(hosts.ok()) << "could not set up the network namespaces";
   auto flags = two_nodes(29400);
   flags.insert(flags.begin(), "--check");
-  Launch a(dpxrun(hosts.exec_a(), flags, {}), no_network_variables());
-  Launch b(dpxrun(hosts.exec_b(), flags, {}), no_network_variables());
+  Launch a(dpxrun_cmd(flags, {}, hosts.exec_a()), no_network_variables());
+  Launch b(dpxrun_cmd(flags, {}, hosts.exec_b()), no_network_variables());
   auto ra = a.wait(seconds(120)), rb = b.wait(seconds(120));
   ASSERT_EQ(ra.exit_code, 0) << ra.output << "\n--- host b:\n" << rb.output;
   ASSERT_EQ(rb.exit_code, 0) << rb.output << "\n--- host a:\n" << ra.output;

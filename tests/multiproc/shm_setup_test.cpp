@@ -21,11 +21,7 @@ namespace {
 using namespace std::chrono_literals;
 using Clock = std::chrono::steady_clock;
 
-ProcessGroup::Options with_timeout(std::chrono::milliseconds t) {
-  ProcessGroup::Options o;
-  o.timeout = t;
-  return o;
-}
+using test::with_timeout;
 
 // Entries of /dev/shm whose name mentions process `pid` (the names the old design used were
 // "dpx-<pid>-<token>").
