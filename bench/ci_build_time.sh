@@ -10,8 +10,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source scripts/torch.sh
-declare -A budget=([2.15]="${BUDGET_2_15:-1080}" [2.11]="${BUDGET_2_11:-480}"
-                   [1.13]="${BUDGET_1_13:-900}")
+declare -A budget=([2.15]="${BUDGET_2_15:-660}" [2.11]="${BUDGET_2_11:-405}"
+                   [1.13]="${BUDGET_1_13:-540}")
 versions=("$@")
 ((${#versions[@]} > 0)) || mapfile -t versions < <(torch_versions)
 scratch=$(mktemp -d /tmp/dpx-ci-build-XXXXXX)

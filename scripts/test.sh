@@ -32,7 +32,7 @@ for v in "${versions[@]}"; do
       find "$out" -path "$out/_deps" -prune -o -type f -executable -name "$t" -print; done)
     python3 scripts/check_filesystem_imports.py "$out"/libdpx.so "${binaries[@]}" || failed+=("$v")
   fi
-  echo "test: LibTorch $v ($out/)${targets[*]:+: the tests of ${targets[*]} (docs/ci.md)}"
+  echo "test: LibTorch $v ($out/)${targets[*]:+: built ${targets[*]}; the tests CI runs here (docs/ci.md)}"
   (cd "$out" && ctest --output-on-failure -j "$(nproc)" ${args[@]+"${args[@]}"}) || failed+=("$v")
 done
 if ((${#failed[@]} > 0)); then
