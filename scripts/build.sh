@@ -4,7 +4,7 @@
 #   scripts/build.sh 1.13     Debian's LibTorch 1.13, in build-1.13/ (build/ when it is the only one)
 #   scripts/build.sh 2.11 dpx_unit_tests   only the targets named after the version
 # Batches of sources compile as one unit (Note [Unity builds], CMakeLists.txt); ccache keeps up
-# to 20 GB (CCACHE_MAXSIZE), room for the three LibTorches' objects and precompiled headers.
+# to 20 GB (CCACHE_MAXSIZE): the three LibTorches' objects and precompiled headers take ~1 GB.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh

@@ -25,7 +25,6 @@ bool run_oracle(const std::string& python, const std::string& args);
 inline bool oracle(const std::string& args) { return run_oracle(DPX_PYTHON, args); }
 bool python_has(const std::string& python, const std::string& module);
 
-
 // The checkpoint tests' model (Linear, BatchNorm1d, Linear), the oracle's model(), and its
 // state_dict keys in Python's order.
 torch::nn::Sequential make_model();

@@ -12,8 +12,8 @@ namespace dpx::detail {
 //   own    = 24 + 2 per other rank (standard streams, LibTorch's and OpenMP's, the store client,
 //            shared-memory segments while they are mapped, a Gloo pair per peer), and
 //   server = 4 + 1 per rank (listener, spare, wake pipe, one connection per rank),
-// and a limit under own (own + server within three quarters of it, for the store's host)
-// fails at once with an error that names the limit and the number to raise it to.
+// Set-up fails at once, naming the limit and the number to raise it to, when the limit is below
+// own, or, on the store's host, when own + server exceed three quarters of it.
 
 // The descriptors a rank of `world` needs, with the store it may serve.
 int descriptors_needed(int world, bool serves_store);
