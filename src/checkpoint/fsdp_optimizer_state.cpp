@@ -12,8 +12,6 @@
 namespace dpx {
 namespace {
 
-using Dict = c10::impl::GenericDict;
-
 // A state tensor shaped like its parameter's shard holds the shard's rows (exp_avg,
 // momentum_buffer); anything else (step) is the same on every rank. Decided by the parameter
 // being sharded, never by this rank's row count, so that every rank gathers the same tensors.
