@@ -1,5 +1,8 @@
 #include "store/tcp_client.h"
 
+#include <algorithm>
+#include <thread>
+
 #include "store/tcp_protocol.h"
 #include "dpx/store/errors.h"
 
@@ -59,25 +62,37 @@ TcpClient::TcpClient(const TcpClientOptions& options) : options_(options) {
   connect(Clock::now() + options_.timeout);
 }
 
+// A server crowded by connections that never say who they are may close this one before its
+// hello arrives (Note [Out of descriptors] in tcp_server.cpp); it answers kBusy (read before the
+// reset that the late hello draws), and the client connects again until its deadline.
 void TcpClient::connect(Clock::time_point deadline) {
-  std::string peer;
-  net::Fd fd = net::connect_to(options_.host, options_.port, deadline, &peer);
   std::string hello(1, static_cast<char>(proto::kPreamble));
   hello.append(proto::Writer().u8(proto::kHello).str(proto::kMagic).str(options_.token).frame());
-  std::string answer;
-  try {
-    net::write_all(fd.get(), hello.data(), hello.size(), deadline);
-    answer = read_frame(fd.get(), deadline);
-  } catch (const TimeoutError&) {
-    throw TimeoutError("a program at " + peer + " accepted the connection but did not answer "
-                       "dpx's store handshake; is another program listening on this port?");
-  } catch (const PeerLostError&) {
-    throw DistributedError("the program listening at " + peer + " closed the connection at "
-                           "dpx's store handshake; it is not a dpx store, or one that refused "
-                           "this client");
+  auto pause = std::chrono::milliseconds(1);
+  while (true) {
+    std::string peer;
+    net::Fd fd = net::connect_to(options_.host, options_.port, deadline, &peer);
+    std::string answer;
+    try {
+      net::write_all(fd.get(), hello.data(), hello.size(), deadline);
+      answer = read_frame(fd.get(), deadline);
+    } catch (const TimeoutError&) {
+      throw TimeoutError("a program at " + peer + " accepted the connection but did not answer "
+                         "dpx's store handshake; is another program listening on this port?");
+    } catch (const PeerLostError&) {
+      throw DistributedError("the program listening at " + peer + " closed the connection at "
+                             "dpx's store handshake; it is not a dpx store, or one that refused "
+                             "this client");
+    }
+    if (static_cast<std::uint8_t>(answer[0]) == proto::kBusy && Clock::now() + pause < deadline) {
+      std::this_thread::sleep_for(pause);
+      pause = std::min(pause * 2, std::chrono::milliseconds(50));
+      continue;
+    }
+    payload(answer);  // a wrong job token throws the server's message (kBusy's, past the deadline)
+    fd_ = std::move(fd);
+    return;
   }
-  payload(answer);  // a wrong job token throws the server's message
-  fd_ = std::move(fd);
 }
 
 std::string TcpClient::call(const std::string& frame, std::chrono::milliseconds timeout) {

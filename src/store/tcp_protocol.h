@@ -7,7 +7,8 @@
 //   0. The client's first byte is kPreamble, which no c10d TCPStore client sends first, so that
 //      one server can serve both (Note [c10d clients] in tcp_server.h).
 //   1. Then kHello(magic, token). The server answers kOk, or kError and closes
-//      when the magic or the job token is wrong (Note [Job token] in tcp_server.h).
+//      when the magic or the job token is wrong (Note [Job token] in tcp_server.h), or kBusy
+//      when it had to close the connection before the hello arrived.
 //   2. Then requests, one at a time, each answered in order:
 //        kSet(key, value) -> ok            kGet(key) -> value, once the key exists
 //        kAdd(key, delta) -> new value     kCompareSet(key, expected, desired) -> value now
@@ -41,7 +42,10 @@ enum Op : std::uint8_t {
   kNumKeys,
 };
 
-enum Status : std::uint8_t { kOk = 0, kError = 1 };
+// kBusy (with a message) answers a hello that came too late: the server had closed the
+// connection to make room (Note [Out of descriptors] in tcp_server.cpp); the client may connect
+// again. Clients that do not know it read it as an error with that message.
+enum Status : std::uint8_t { kOk = 0, kError = 1, kBusy = 2 };
 
 // Appends fields to a frame body.
 class Writer {

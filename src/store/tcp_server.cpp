@@ -117,7 +117,12 @@ int TcpServer::State::poll_timeout_ms(Clock::time_point now) const {
 //      descriptor even when none waits). Then the oldest unidentified connection is closed to
 //      make room for it; if there is none, the newcomer is told why it cannot be served (dpx's
 //      client shows that message) and closed. Accepting pauses only when the spare cannot be
-//      taken again, until a client leaves.
+//      taken again, until a client leaves;
+//   4. a connection is not pushed out for want of its hello before what it sent since it was
+//      accepted has been read: a client descheduled between connect() and send() (a loaded
+//      machine) may see dozens of newer connections accepted first. The one pushed out is sent
+//      kBusy, and dpx's client connects again until its deadline, so a flood can delay the
+//      job's own clients but never turn them away.
 void TcpServer::State::accept_clients() {
   while (true) {
     const int fd = ::accept4(listener.get(), nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
@@ -176,16 +181,28 @@ void TcpServer::State::say_cap_once() {
 }
 
 // Closes the oldest connection that has not said who it is; false when there is none.
+// Step 4 of Note [Out of descriptors]: what it sent since it was accepted is read first, and the
+// one closed is told it may come back.
 bool TcpServer::State::make_room() {
-  ServerClient* oldest = nullptr;
-  for (const auto& c : clients) {
-    if (c->dead || c->identified) continue;
-    if (oldest == nullptr || c->accepted < oldest->accepted) oldest = c.get();
+  while (true) {
+    ServerClient* oldest = nullptr;
+    for (const auto& c : clients) {
+      if (c->dead || c->identified) continue;
+      if (oldest == nullptr || c->accepted < oldest->accepted) oldest = c.get();
+    }
+    if (oldest == nullptr) return false;
+    receive(*oldest);
+    if (oldest->identified) continue;  // its hello had just arrived
+    if (!oldest->dead) {
+      const std::string busy = proto::Writer().u8(proto::kBusy).str(
+          "the store server closed this connection before its hello arrived, to make room for "
+          "newer ones (too many connections have not said who they are); connect again").frame();
+      (void)!::send(oldest->fd.get(), busy.data(), busy.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
+    }
+    oldest->dead = true;
+    oldest->fd.reset();  // now: accept() needs the descriptor
+    return true;
   }
-  if (oldest == nullptr) return false;
-  oldest->dead = true;
-  oldest->fd.reset();  // now: accept() needs the descriptor
-  return true;
 }
 
 // Tells a connection the server cannot serve why, and closes it. Its hello is read first (it

@@ -2,8 +2,12 @@
 // and when it also serves c10d's TCPStore clients (Note [c10d clients] in tcp_server.h), as
 // dpxrun's static rendezvous store does.
 #include <fcntl.h>
+#include <poll.h>
+#include <sys/socket.h>
 #include <sys/resource.h>
 #include <unistd.h>
+
+#include <thread>
 
 #include <torch/torch.h>
 
@@ -137,6 +141,44 @@ TEST(StoreLimits, MoreSilentConnectionsThanTheCapPushOutTheOldest) {
   EXPECT_FALSE(closed_by_server(silent.back().fd, 200ms));
   store_client(server->port(), "", 5s)->set("k", "v");
   EXPECT_EQ(server->get("k"), "v");
+}
+
+// Step 4 of the note: a client descheduled between connect() and its hello, pushed out by
+// newer silent connections, is told kBusy (its hello came too late) rather than just closed.
+TEST(StoreLimits, AClientPushedOutBeforeItsHelloIsToldItMayComeBack) {
+  TcpStoreOptions o;
+  o.is_server = true;
+  o.max_unidentified = 4;
+  auto server = Store::tcp(o);
+  Socket late = raw_client(server->port(), "");
+  std::vector<Socket> silent;
+  for (int i = 0; i < 4; ++i) silent.push_back(raw_client(server->port(), ""));
+  const std::string said = test::read_some(late.fd, 2s);  // pushed out: told before the close
+  ASSERT_GE(said.size(), 5u) << "closed without a word";
+  EXPECT_EQ(static_cast<std::uint8_t>(said[4]), detail::store_protocol::kBusy);
+  EXPECT_NE(said.find("connect again"), std::string::npos) << said.substr(5);
+}
+
+// ... and dpx's client, told kBusy, connects again (here a stand-in server answers the first
+// hello kBusy and the second kOk).
+TEST(StoreLimits, AClientToldBusyConnectsAgain) {
+  namespace proto = detail::store_protocol;
+  int port = 0;
+  Socket listener = test::foreign_listener(port);
+  std::thread server([&] {
+    for (const auto status : {proto::kBusy, proto::kOk}) {
+      pollfd p{listener.fd, POLLIN, 0};
+      if (::poll(&p, 1, 5000) != 1) break;  // the client gave up after kBusy
+      Socket c(::accept(listener.fd, nullptr, nullptr));
+      (void)test::read_some(c.fd, 2s);  // the hello
+      const std::string answer = proto::Writer().u8(status).str("busy").frame();
+      ASSERT_EQ(::send(c.fd, answer.data(), answer.size(), MSG_NOSIGNAL),
+                static_cast<ssize_t>(answer.size()));
+      if (status == proto::kOk) (void)test::read_some(c.fd, 2s);  // until the client leaves
+    }
+  });
+  test::run_in_child([&] { EXPECT_NE(store_client(port, "", 5s), nullptr); });
+  server.join();
 }
 
 TEST(StoreLimits, C10dClientsShareTheWorkersKeysWithDpxClients) {
