@@ -20,9 +20,16 @@ double number(const c10::IValue& v) {
   return v.toScalar().toDouble();
 }
 
-// Hyper-parameters as Python names them; the flags LibTorch lacks get Python's defaults.
+// Python's `step` tensor: float64 in a program whose default dtype is float64, else float32
+// (torch.optim's _get_scalar_dtype).
+at::ScalarType step_dtype() {
+  return at::typeMetaToScalarType(at::get_default_dtype()) == at::kDouble ? at::kDouble : at::kFloat;
+}
+
+// Hyper-parameters as Python 2.x names them (AdamW: Adam with decoupled_weight_decay); the
+// flags LibTorch lacks get Python's defaults.
 template <class Options>
-void adam_options(Dict& g, const Options& o) {
+void adam_options(Dict& g, const Options& o, bool decoupled_weight_decay) {
   g.insert("lr", o.lr());
   g.insert("betas", c10::ivalue::Tuple::create({std::get<0>(o.betas()), std::get<1>(o.betas())}));
   g.insert("eps", o.eps());
@@ -32,6 +39,8 @@ void adam_options(Dict& g, const Options& o) {
   g.insert("foreach", c10::IValue());
   g.insert("capturable", false);
   g.insert("differentiable", false);
+  g.insert("fused", c10::IValue());
+  g.insert("decoupled_weight_decay", decoupled_weight_decay);
 }
 
 template <class Options>
@@ -47,7 +56,7 @@ void set_adam_options(Options& o, const Dict& g) {
 template <class State>  // AdamParamState or AdamWParamState: the same fields, unrelated classes
 Dict adam_state(const State& s) {
   auto d = new_dict();
-  d.insert("step", at::scalar_tensor(static_cast<double>(s.step()), at::kFloat));  // as Python
+  d.insert("step", at::scalar_tensor(static_cast<double>(s.step()), step_dtype()));
   d.insert("exp_avg", s.exp_avg());
   d.insert("exp_avg_sq", s.exp_avg_sq());
   if (s.max_exp_avg_sq().defined()) d.insert("max_exp_avg_sq", s.max_exp_avg_sq());
@@ -97,10 +106,11 @@ c10::IValue optimizer_state_dict(const torch::optim::Optimizer& optimizer) {
       g.insert("maximize", false);
       g.insert("foreach", c10::IValue());
       g.insert("differentiable", false);
+      g.insert("fused", c10::IValue());
     } else if (kind == Kind::kAdam) {
-      adam_options(g, static_cast<const torch::optim::AdamOptions&>(group.options()));
+      adam_options(g, static_cast<const torch::optim::AdamOptions&>(group.options()), false);
     } else {
-      adam_options(g, static_cast<const torch::optim::AdamWOptions&>(group.options()));
+      adam_options(g, static_cast<const torch::optim::AdamWOptions&>(group.options()), true);
     }
     auto params = c10::impl::GenericList(c10::AnyType::get());
     for (const auto& p : group.params()) {

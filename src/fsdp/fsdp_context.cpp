@@ -17,6 +17,7 @@ void FsdpContext::init_root(const std::shared_ptr<FsdpUnit>& root) {
   root->set_context(ctx, /*root=*/true);
   root->set_name("");
   ctx->units_.push_back(root);
+  ctx->root_ = root.get();
   std::unordered_set<FsdpUnit*> seen{root.get()};
   for (const auto& item : module->named_modules("", /*include_self=*/false)) {
     auto unit = UnitRegistry::instance().unit_of(*item.value());
@@ -33,12 +34,21 @@ void FsdpContext::init_root(const std::shared_ptr<FsdpUnit>& root) {
   for (const auto& item : module->named_parameters()) {
     names.emplace(item.value().unsafeGetTensorImpl(), item.key());
   }
-  for (const auto& unit : ctx->units_) {
+  for (const auto& unit : ctx->units()) {
     for (auto& p : unit->params()) {
       auto it = names.find(p.param().unsafeGetTensorImpl());
       if (it != names.end()) p.set_name(it->second);
     }
   }
+}
+
+std::vector<std::shared_ptr<FsdpUnit>> FsdpContext::units() const {
+  std::vector<std::shared_ptr<FsdpUnit>> out;
+  out.reserve(units_.size());
+  for (const auto& weak : units_) {
+    if (auto unit = weak.lock()) out.push_back(std::move(unit));
+  }
+  return out;
 }
 
 void FsdpContext::start_forward() {
@@ -52,10 +62,20 @@ void FsdpContext::end_forward(bool backward_follows) {
   in_forward_ = false;
   last_pre_order_ = std::move(pre_order_);
   pre_order_.clear();
-  for (const auto& unit : units_) {
+  for (const auto& unit : units()) {
     if (!backward_follows || !unit->is_unsharded()) unit->reshard();  // prefetched, unused too
   }
   if (!backward_follows) post_order_.clear();
+}
+
+std::string FsdpContext::sharded_units_not_called() const {
+  std::string out;
+  for (const auto& unit : units()) {
+    if (unit->is_root() || unit->is_unsharded()) continue;
+    if (std::find(pre_order_.begin(), pre_order_.end(), unit.get()) != pre_order_.end()) continue;
+    out += (out.empty() ? "unit '" : ", unit '") + unit->name() + "'";
+  }
+  return out;
 }
 
 void FsdpContext::prefetch_forward(FsdpUnit* unit) {
@@ -92,9 +112,10 @@ void FsdpContext::backward_started() {
 // Note [Unit iteration], step 5.
 void FsdpContext::end_backward() {
   callback_queued_ = false;
-  for (auto it = units_.rbegin(); it != units_.rend(); ++it) (*it)->post_backward();
+  const auto units = this->units();
+  for (auto it = units.rbegin(); it != units.rend(); ++it) (*it)->post_backward();
   finish_reductions();
-  for (const auto& unit : units_) unit->set_state(TrainingState::kIdle);
+  for (const auto& unit : units) unit->set_state(TrainingState::kIdle);
   post_order_.clear();
 }
 

@@ -24,6 +24,7 @@
 
 #include <deque>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "dpx/comm/work.h"
@@ -37,13 +38,17 @@ class FsdpContext : public std::enable_shared_from_this<FsdpContext> {
   // share one context, and get the names of their modules and parameters under the root.
   static void init_root(const std::shared_ptr<FsdpUnit>& root);
 
-  const std::vector<std::shared_ptr<FsdpUnit>>& units() const { return units_; }
-  FsdpUnit& root() const { return *units_.front(); }
+  // The units alive, the root first.
+  std::vector<std::shared_ptr<FsdpUnit>> units() const;
+  FsdpUnit& root() const { return *root_; }
 
   // The root's pre_forward and post_forward (Note [Unit iteration]).
   void start_forward();
   void end_forward(bool backward_follows);
   bool in_forward() const { return in_forward_; }
+  // The units below the root that this forward has not called and that hold shards, by name
+  // ("unit 'a', unit 'b'"); "" when none.
+  std::string sharded_units_not_called() const;
 
   // Called at a unit's pre_forward (its place in the forward order is recorded), post_forward
   // (recorded for backward) and pre_backward (Note [Prefetch]).
@@ -69,7 +74,11 @@ class FsdpContext : public std::enable_shared_from_this<FsdpContext> {
  private:
   void end_backward();
 
-  std::vector<std::shared_ptr<FsdpUnit>> units_;  // the root first, then module order
+  // The root first, then module order. Weak: each unit holds its context, and the registry
+  // the units (registry.h); a context that held them too would keep every unit, with its
+  // process group and that group's sockets, alive after its model is gone.
+  std::vector<std::weak_ptr<FsdpUnit>> units_;
+  FsdpUnit* root_ = nullptr;  // alive whenever the context is used: it runs the iteration
   bool in_forward_ = false;
   std::vector<FsdpUnit*> pre_order_;       // this forward's pre_forwards
   std::vector<FsdpUnit*> last_pre_order_;  // the last complete forward's

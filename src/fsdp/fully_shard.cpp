@@ -129,6 +129,7 @@ std::shared_ptr<FsdpUnit> fully_shard_module(const std::shared_ptr<torch::nn::Mo
   for (auto& [name, p] : named) params.emplace_back(p, name, pg->rank(), pg->size());
   auto unit = std::make_shared<FsdpUnit>(module, std::move(params), std::move(pg), options);
   UnitRegistry::instance().add(module, unit);
+  guard_sequentials(*module);
   return unit;
 }
 
@@ -140,7 +141,20 @@ std::vector<at::Tensor> fsdp_post_forward(FsdpUnit& unit, std::vector<at::Tensor
   return unit.post_forward(std::move(outputs));
 }
 
-void fsdp_forward_failed(FsdpUnit& unit) noexcept { unit.forward_failed(); }
+void fsdp_forward_failed(FsdpUnit& unit, const c10::Error* error) {
+  std::string skipped;
+  if (error && unit.is_root() && unit.context() && unit.context()->in_forward()) {
+    skipped = unit.context()->sharded_units_not_called();
+  }
+  unit.forward_failed();
+  TORCH_CHECK(skipped.empty(), unit.process_group()->where(), "fully_shard: the forward failed "
+              "before ", skipped, " ran through fully_shard's steps. A unit whose module the model "
+              "calls directly (a custom forward calling a member or a ModuleList item, not its "
+              "FSDPModule handle) runs on its parameter shards, the likely cause here: call each "
+              "unit through its handle, e.g. x = dpx::FSDPModule<BlockImpl>(layers->ptr<BlockImpl>"
+              "(i))(x), or hold units as dpx::FSDPModule<...> members (docs/fsdp.md). The error: ",
+              error->what_without_backtrace());
+}
 
 }  // namespace detail
 }  // namespace dpx

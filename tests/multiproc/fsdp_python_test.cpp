@@ -8,6 +8,8 @@
 
 #include <cstdlib>
 #include <map>
+#include <mutex>
+#include <set>
 
 #include "dpx/checkpoint/python_format.h"
 #include "dpx/dpx.h"
@@ -39,10 +41,11 @@ std::string fsdp_python() {
 struct Case {
   int world;
   std::string optimizer;  // "sgd" or "adamw": test::sgd, test::adamw (fsdp_reference.py's)
-  bool tied;
+  bool tied;  // ShardNet's
   torch::Dtype dtype = torch::kDouble;  // the parameters'
   MixedPrecisionPolicy policy;
   double atol = 1e-12;
+  std::string model = "";  // "": ShardNet; "seq": sequential(); "list": ListNet
 };
 
 std::string dtype_name(std::optional<at::ScalarType> dtype) {
@@ -57,6 +60,78 @@ std::string dtype_name(std::optional<at::ScalarType> dtype) {
 }
 
 
+// fsdp_reference.py's Sequential, as a LibTorch user writes it: Linear/Tanh/Linear/LayerNorm/
+// Linear, LayerNorm's weight frozen, units 0 and 2 (fully_shard(m[0]), as in Python).
+// Threads as ranks share torch's generator: each model is drawn under this lock.
+std::mutex seeding;
+
+torch::nn::Sequential sequential(torch::Dtype dtype) {
+  std::lock_guard<std::mutex> lock(seeding);
+  torch::manual_seed(11);
+  torch::nn::Sequential m(torch::nn::Linear(6, 13), torch::nn::Tanh(), torch::nn::Linear(13, 7),
+                          torch::nn::LayerNorm(torch::nn::LayerNormOptions({7})),
+                          torch::nn::Linear(7, 4));
+  m->to(dtype);
+  m[3]->named_parameters()["weight"].requires_grad_(false);
+  return m;
+}
+
+// fsdp_reference.py's ListNet: a ModuleList iterated by the model's own forward, which calls
+// each layer through its handle (the one line docs/fsdp.md asks for).
+struct ListNetImpl : torch::nn::Module {
+  explicit ListNetImpl(torch::Dtype dtype) {
+    std::lock_guard<std::mutex> lock(seeding);
+    torch::manual_seed(13);
+    layers = register_module("layers", torch::nn::ModuleList(torch::nn::Linear(6, 13),
+                                                               torch::nn::Linear(13, 7)));
+    head = register_module("head", torch::nn::Linear(7, 4));
+    to(dtype);
+  }
+  torch::Tensor forward(torch::Tensor x) {
+    for (std::size_t i = 0; i < layers->size(); ++i) {
+      x = torch::tanh(FSDPModule<torch::nn::LinearImpl>(layers->ptr<torch::nn::LinearImpl>(i))(x));
+    }
+    return head(x);
+  }
+  torch::nn::ModuleList layers;
+  torch::nn::Linear head{nullptr};
+};
+TORCH_MODULE(ListNet);
+
+std::shared_ptr<torch::nn::Module> make_model(const Case& c) {
+  if (c.model == "seq") return sequential(c.dtype).ptr();
+  if (c.model == "list") return ListNet(c.dtype).ptr();
+  return test::make_shard_net(c.tied, c.dtype).ptr();
+}
+
+// The case's model, sharded as fsdp_reference.py shards it: units first, then the root. The
+// forward goes through the root's handle.
+std::pair<std::shared_ptr<torch::nn::Module>, std::function<torch::Tensor(torch::Tensor)>>
+shard_model(const Case& c, const std::shared_ptr<ProcessGroup>& pg) {
+  FullyShardOptions options;  // output_dtype for the root only, as fsdp_reference.py
+  options.mp_policy = c.policy;
+  options.mp_policy.output_dtype.reset();
+  FullyShardOptions root = options;
+  root.mp_policy.output_dtype = c.policy.output_dtype;
+  if (c.model == "seq") {
+    auto m = sequential(c.dtype);
+    fully_shard(m[0], pg, options);
+    fully_shard(m[2], pg, options);
+    auto model = fully_shard(m, pg, root);
+    return {m.ptr(), [model](torch::Tensor x) mutable { return model(x); }};
+  }
+  if (c.model == "list") {
+    ListNet net(c.dtype);
+    for (const auto& layer : *net->layers) fully_shard(layer, pg, options);
+    auto model = fully_shard(net, pg, root);
+    return {net.ptr(), [model](torch::Tensor x) mutable { return model(x); }};
+  }
+  auto net = test::make_shard_net(c.tied, c.dtype);
+  for (auto& b : net->blocks) fully_shard(b, pg, options);
+  auto model = fully_shard(net, pg, root);
+  return {net.ptr(), [model](torch::Tensor x) mutable { return model(x); }};
+}
+
 struct PyTorchResult {
   std::map<std::string, torch::Tensor> model;  // the full state dict, by name
   c10::IValue optimizer;  // get_optimizer_state_dict(full_state_dict=True)
@@ -66,13 +141,12 @@ struct PyTorchResult {
 PyTorchResult run_pytorch(const std::string& python, const Case& c,
                                                  const test::TempDir& dir, const torch::Tensor& x,
                                                  const torch::Tensor& y) {
-  auto init = test::make_shard_net(c.tied, c.dtype);
-  save_state_dict(*init, dir / "init.pt");
+  save_state_dict(*make_model(c), dir / "init.pt");
   torch_save(c10::ivalue::Tuple::create({x, y}), dir / "data.pt");
   const std::string cmd = "timeout 240 " + python + " " DPX_SOURCE_DIR
                           "/tests/python/fsdp_reference.py " + dir.path() + " " +
                           std::to_string(c.world) + " " + c.optimizer + " " +
-                          (c.tied ? "1" : "0") + " " + dtype_name(c.dtype) + " " +
+                          (!c.model.empty() ? c.model : c.tied ? "1" : "0") + " " + dtype_name(c.dtype) + " " +
                           dtype_name(c.policy.param_dtype) + " " +
                           dtype_name(c.policy.reduce_dtype) + " " +
                           dtype_name(c.policy.output_dtype) + " > " + (dir / "python.log") +
@@ -104,6 +178,7 @@ void expect_same_optimizer_state(const c10::IValue& ours, const c10::IValue& the
       ASSERT_TRUE(mine.contains(key)) << name << " has no " << key;
       const auto a = mine.at(key).toTensor(), b = e.value().toTensor();
       ASSERT_EQ(a.sizes(), b.sizes()) << name << "." << key;
+      EXPECT_EQ(a.scalar_type(), b.scalar_type()) << name << "." << key;  // step: the default
       EXPECT_TRUE(torch::allclose(a.to(torch::kDouble), b.to(torch::kDouble), tol, tol))
           << name << "." << key << " differs from PyTorch's by "
           << (a.to(torch::kDouble) - b.to(torch::kDouble)).abs().max().item<double>();
@@ -119,6 +194,12 @@ void expect_same_optimizer_state(const c10::IValue& ours, const c10::IValue& the
       return out;
     };
     EXPECT_EQ(names(our_groups[i]), names(their_groups[i])) << "param group " << i;
+    const auto keys = [](const c10::IValue& group) {
+      std::set<std::string> out;
+      for (const auto& e : group.toGenericDict()) out.insert(e.key().toStringRef());
+      return out;
+    };
+    EXPECT_EQ(keys(our_groups[i]), keys(their_groups[i])) << "param group " << i << "'s keys";
   }
 }
 
@@ -141,14 +222,9 @@ void expect_matches_pytorch(const Case& c) {
     SCOPED_TRACE(backend + ", world " + std::to_string(c.world));
     auto store = Store::hash();
     auto errors = test::run_threads(c.world, [&](int rank) {
+      SCOPED_TRACE(backend + ", rank " + std::to_string(rank));  // failures come from the threads
       auto pg = new_process_group(backend, store, rank, c.world);
-      auto net = test::make_shard_net(c.tied, c.dtype);
-      FullyShardOptions options;  // output_dtype for the root only, as fsdp_reference.py
-      options.mp_policy = c.policy;
-      options.mp_policy.output_dtype.reset();
-      for (auto& b : net->blocks) fully_shard(b, pg, options);
-      options.mp_policy.output_dtype = c.policy.output_dtype;
-      auto model = fully_shard(net, pg, options);
+      auto [net, model] = shard_model(c, pg);
       auto params = test::unique_parameters(*net);
       auto opt = c.optimizer == "sgd" ? test::sgd(params) : test::adamw(params);
       for (int s = 0; s < kSteps; ++s) {
@@ -219,6 +295,22 @@ TEST(FsdpPython, BFloat16ReductionMatchesPyTorchs) {
   policy.param_dtype = at::kBFloat16;
   policy.reduce_dtype = at::kBFloat16;
   expect_matches_pytorch({2, "sgd", false, torch::kFloat, policy, 1e-2});
+}
+
+// A Python FSDP2 script's Sequential, sharded with the same calls (fully_shard(m[0]),
+// fully_shard(m[2]), fully_shard(m)) and called through the root's handle: float64, AdamW, uneven
+// shards (13 and 7 rows on 2 and 3 ranks), a frozen LayerNorm weight.
+TEST(FsdpPython, ASequentialShardedAsInPythonMatchesPyTorchOnTwoRanks) {
+  expect_matches_pytorch({2, "adamw", false, torch::kDouble, {}, 1e-12, "seq"});
+}
+
+TEST(FsdpPython, ASequentialShardedAsInPythonMatchesPyTorchOnThreeRanks) {
+  expect_matches_pytorch({3, "adamw", false, torch::kDouble, {}, 1e-12, "seq"});
+}
+
+// A ModuleList iterated by the model's forward, each item called through its handle.
+TEST(FsdpPython, AModuleListOfUnitsMatchesPyTorchOnThreeRanks) {
+  expect_matches_pytorch({3, "adamw", false, torch::kDouble, {}, 1e-12, "list"});
 }
 
 }  // namespace

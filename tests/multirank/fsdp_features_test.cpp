@@ -255,5 +255,75 @@ TEST(FsdpFeatures, WrappingMistakesAreExplained) {
   }));
 }
 
+// A unit reached around its handle fails the first forward with dpx's message naming it, not
+// with a kernel's shape error: a Sequential's own forward (seq(x) instead of the root handle's
+// model(x)), and a custom forward calling a unit's module directly.
+TEST(FsdpFeatures, AUnitCalledAroundItsHandleFailsTheFirstForwardNamingIt) {
+  auto store = Store::hash();
+  expect_no_errors(test::run_threads(2, [&](int rank) {
+    auto pg = new_process_group("shm", store, rank, 2);
+    torch::nn::Sequential seq(torch::nn::Linear(6, 13), torch::nn::Tanh(), torch::nn::Linear(13, 3));
+    fully_shard(seq[0], pg);
+    auto model = fully_shard(seq, pg);
+    auto msg = test::expect_throws<c10::Error>([&] { seq->forward(torch::ones({2, 6})); });
+    EXPECT_NE(msg.find("fully_shard: entry 0 ("), std::string::npos) << msg;
+    EXPECT_NE(msg.find("was called by the torch::nn::Sequential's own forward"),
+              std::string::npos) << msg;
+    EXPECT_EQ(msg.find("mat1 and mat2"), std::string::npos) << msg;
+    EXPECT_EQ(model(torch::ones({2, 6})).sizes(), (std::vector<int64_t>{2, 3}));  // the handle
+    EXPECT_EQ(seq->named_parameters().size(), 4u);  // names unchanged: 0.weight, ..., 2.bias
+    EXPECT_TRUE(seq->named_parameters().contains("0.weight"));
+
+    struct DirectImpl : torch::nn::Module {
+      DirectImpl() {
+        a = register_module("a", torch::nn::Linear(6, 13));
+        b = register_module("b", torch::nn::Linear(13, 3));
+      }
+      torch::Tensor forward(torch::Tensor x) { return b(a->forward(x)); }  // a: around it
+      dpx::FSDPModule<torch::nn::LinearImpl> a{nullptr}, b{nullptr};
+    };
+    auto direct = std::make_shared<DirectImpl>();
+    fully_shard(direct->a, pg);
+    fully_shard(direct->b, pg);
+    auto root = fully_shard(direct, pg);
+    msg = test::expect_throws<c10::Error>([&] { root(torch::ones({2, 6})); });
+    EXPECT_NE(msg.find("fully_shard: the forward failed before unit 'a' ran through "
+                       "fully_shard's steps"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("dpx::FSDPModule<BlockImpl>(layers->ptr<BlockImpl>(i))(x)"),
+              std::string::npos) << msg;
+  }));
+}
+
+// The full optimizer state dict's `step` is a tensor of the default dtype, as PyTorch keeps it
+// (float64 in a float64 program), and the param groups have the keys PyTorch 2.x writes.
+TEST(FsdpFeatures, TheFullOptimizerStateDictHasPythonsTypesAndKeys) {
+  auto store = Store::hash();
+  const auto before = torch::get_default_dtype();
+  torch::set_default_dtype(caffe2::TypeMeta::Make<double>());
+  expect_no_errors(test::run_threads(2, [&](int rank) {
+    auto pg = new_process_group("shm", store, rank, 2);
+    torch::nn::Sequential seq(torch::nn::Linear(6, 5), torch::nn::Linear(5, 3));
+    fully_shard(seq[0], pg);
+    auto model = fully_shard(seq, pg);
+    torch::optim::AdamW opt(seq->parameters(), torch::optim::AdamWOptions(1e-2));
+    model(torch::ones({2, 6})).sum().backward();
+    opt.step();
+    const auto sd = full_optimizer_state_dict(*seq, opt).toGenericDict();
+    if (rank != 0) return;  // rank 0's dict only (FullStateDictOptions::rank0_only)
+    const auto state = sd.at("state").toGenericDict().at("0.weight").toGenericDict();
+    EXPECT_EQ(state.at("step").toTensor().scalar_type(), torch::kDouble);
+    const auto group = sd.at("param_groups").toListRef()[0].toGenericDict();
+    for (const char* key : {"lr", "betas", "eps", "weight_decay", "amsgrad", "maximize", "foreach",
+                            "capturable", "differentiable", "fused", "decoupled_weight_decay",
+                            "params"}) {
+      EXPECT_TRUE(group.contains(key)) << key;
+    }
+    EXPECT_EQ(group.size(), 12u);
+    EXPECT_TRUE(group.at("decoupled_weight_decay").toBool());
+    EXPECT_TRUE(group.at("fused").isNone());
+  }));
+  torch::set_default_dtype(before);
+}
+
 }  // namespace
 }  // namespace dpx

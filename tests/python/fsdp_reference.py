@@ -1,11 +1,12 @@
 """PyTorch's own fully_shard (FSDP2) on CPU over gloo: the oracle of tests/multiproc/fsdp_python_test.cpp.
 
-    fsdp_reference.py DIR WORLD OPTIMIZER TIED DTYPE PARAM_DTYPE REDUCE_DTYPE OUTPUT_DTYPE
+    fsdp_reference.py DIR WORLD OPTIMIZER MODEL DTYPE PARAM_DTYPE REDUCE_DTYPE OUTPUT_DTYPE
 
 DIR holds what the C++ test wrote: init.pt (the unsharded model's state dict, torch.save form)
 and data.pt (a tuple (x, y) of tensors [steps, WORLD * per_rank, ...], the whole batch of every
-step). OPTIMIZER is sgd (lr 0.05, momentum 0.9) or adamw (lr 1e-2, weight decay 0.1); TIED is 0
-or 1; DTYPE (float64, float32) the parameters'; the last three are MixedPrecisionPolicy's
+step). OPTIMIZER is sgd (lr 0.05, momentum 0.9) or adamw (lr 1e-2, weight decay 0.1); MODEL is 0 or
+1 (ShardNet, untied or tied), seq (a Sequential: units 0 and 2, then the root) or list
+(ListNet: each of its ModuleList's layers a unit, then the root); DTYPE (float64, float32) the parameters'; the last three are MixedPrecisionPolicy's
 (a dtype's name, or none), OUTPUT_DTYPE for the root only: on the blocks it would hand the
 root's head float32 inputs against its bfloat16 weight, which PyTorch refuses. The loss compares the output, cast to y's dtype, with y.
 The model is tests/support/fsdp_models.h's ShardNet, by the same names. WORLD
@@ -58,11 +59,42 @@ class ShardNet(torch.nn.Module):
         return h * self.scale
 
 
+# tests/multiproc/fsdp_python_test.cpp's Sequential: units 0 and 2; LayerNorm's weight frozen.
+def sequential():
+    m = torch.nn.Sequential(torch.nn.Linear(6, 13), torch.nn.Tanh(), torch.nn.Linear(13, 7),
+                            torch.nn.LayerNorm(7), torch.nn.Linear(7, 4))
+    m[3].weight.requires_grad_(False)
+    return m, [m[0], m[2]]
+
+
+class ListNet(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.layers = torch.nn.ModuleList([torch.nn.Linear(6, 13), torch.nn.Linear(13, 7)])
+        self.head = torch.nn.Linear(7, 4)
+
+    def forward(self, x):
+        for layer in self.layers:
+            x = torch.tanh(layer(x))
+        return self.head(x)
+
+
+def build(model):
+    """The model and its units (sharded first, the root after)."""
+    if model == "seq":
+        return sequential()
+    if model == "list":
+        net = ListNet()
+        return net, list(net.layers)
+    net = ShardNet(model == "1")
+    return net, net.blocks()
+
+
 def dtype_of(name):
     return None if name == "none" else getattr(torch, name)
 
 
-def run_rank(rank, world, folder, optimizer, tied, dtype, policy):
+def run_rank(rank, world, folder, optimizer, model, dtype, policy):
     from torch.distributed.checkpoint.state_dict import StateDictOptions, get_optimizer_state_dict
     from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
     from torch.distributed.tensor import DTensor
@@ -70,10 +102,11 @@ def run_rank(rank, world, folder, optimizer, tied, dtype, policy):
     dist.init_process_group("gloo", init_method=f"file://{folder}/store", rank=rank,
                             world_size=world)
     torch.set_num_threads(1)
-    net = ShardNet(tied).to(dtype_of(dtype))
+    net, units = build(model)
+    net = net.to(dtype_of(dtype))
     net.load_state_dict(torch.load(f"{folder}/init.pt", weights_only=True))
     param_dtype, reduce_dtype, output_dtype = (dtype_of(name) for name in policy)
-    for b in net.blocks():
+    for b in units:
         fully_shard(b, mp_policy=MixedPrecisionPolicy(param_dtype, reduce_dtype))
     fully_shard(net, mp_policy=MixedPrecisionPolicy(param_dtype, reduce_dtype, output_dtype))
     if optimizer == "sgd":
@@ -106,8 +139,8 @@ def run_rank(rank, world, folder, optimizer, tied, dtype, policy):
 
 def main():
     if sys.argv[1] == "--rank":
-        rank, folder, world, optimizer, tied, dtype = sys.argv[2:8]
-        run_rank(int(rank), int(world), folder, optimizer, tied == "1", dtype, sys.argv[8:11])
+        rank, folder, world, optimizer, model, dtype = sys.argv[2:8]
+        run_rank(int(rank), int(world), folder, optimizer, model, dtype, sys.argv[8:11])
         return 0
     folder, world = sys.argv[1], int(sys.argv[2])
     ranks = [subprocess.Popen([sys.executable, __file__, "--rank", str(r), *sys.argv[1:9]])

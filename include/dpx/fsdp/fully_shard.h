@@ -15,7 +15,8 @@
 //
 // LibTorch modules have no forward hooks, so a unit's forward must be called through its
 // FSDPModule handle (a torch::nn::ModuleHolder that behaves as a plain one until the module is
-// sharded). Parameters keep their identity: between iterations each holds its local shard (rows
+// sharded). A torch::nn::Sequential's handle calls the units inside it so itself
+// (fsdp_sequential.h): fully_shard(m[0], pg); fully_shard(m, pg) and then model(x), as in Python. Parameters keep their identity: between iterations each holds its local shard (rows
 // of dim 0), so optimizers, zero_grad() and the optimizer's state work on shards unchanged.
 // What is and is not supported compared with FSDP2: docs/fsdp.md.
 #pragma once
@@ -30,6 +31,7 @@
 
 #include "dpx/comm/process_group.h"
 #include "dpx/fsdp/fsdp_options.h"
+#include "dpx/fsdp/fsdp_sequential.h"
 #include "dpx/fsdp/tensor_tree.h"
 
 namespace dpx {
@@ -37,28 +39,9 @@ namespace detail {
 
 class FsdpUnit;
 
-// The unit fully_shard made of `module`; null when it made none.
-std::shared_ptr<FsdpUnit> fsdp_unit_of(const torch::nn::Module& module);
 std::shared_ptr<FsdpUnit> fully_shard_module(const std::shared_ptr<torch::nn::Module>& module,
                                              std::shared_ptr<ProcessGroup> pg,
                                              const FullyShardOptions& options);
-// Around one forward of a unit: the inputs to call it with, the outputs to return.
-std::vector<at::Tensor> fsdp_pre_forward(FsdpUnit& unit, std::vector<at::Tensor> inputs);
-std::vector<at::Tensor> fsdp_post_forward(FsdpUnit& unit, std::vector<at::Tensor> outputs);
-// The module's forward threw: its parameters go back to their shards.
-void fsdp_forward_failed(FsdpUnit& unit) noexcept;
-
-template <typename T>
-decltype(auto) replace_tree_at(T&& x, const std::vector<at::Tensor>& with, std::size_t start) {
-  return replace_tree(std::forward<T>(x), with, start);
-}
-
-template <typename T>
-std::size_t count_tensors(const T& x) {
-  std::vector<at::Tensor> tensors;
-  collect_tree(x, tensors);
-  return tensors.size();
-}
 
 }  // namespace detail
 
@@ -108,21 +91,15 @@ class FSDPModule : public torch::nn::ModuleHolder<M> {
 
   template <typename... Args>
   auto forward(Args&&... args) {
-    auto unit = detail::fsdp_unit_of(*this->get());
-    if (!unit) return this->get()->forward(std::forward<Args>(args)...);
-    std::vector<at::Tensor> inputs;
-    (detail::collect_tree(args, inputs), ...);
-    inputs = detail::fsdp_pre_forward(*unit, std::move(inputs));
-    try {
-      auto out = call(inputs, std::index_sequence_for<Args...>{}, std::forward<Args>(args)...);
-      std::vector<at::Tensor> outputs;
-      detail::collect_tree(out, outputs);
-      outputs = detail::fsdp_post_forward(*unit, std::move(outputs));
-      std::size_t next = 0;
-      return decltype(out)(detail::replace_tree(std::move(out), outputs, next));
-    } catch (...) {
-      detail::fsdp_forward_failed(*unit);
-      throw;
+    if constexpr (std::is_base_of_v<torch::nn::SequentialImpl, M>) {
+      return detail::sequential_forward(*this->get(), std::forward<Args>(args)...);
+    } else {
+      auto unit = detail::fsdp_unit_of(*this->get());
+      auto call = [this](auto&&... a) {
+        return this->get()->forward(std::forward<decltype(a)>(a)...);
+      };
+      if (!unit) return call(std::forward<Args>(args)...);
+      return detail::run_unit(*unit, call, std::forward<Args>(args)...);
     }
   }
 
@@ -133,18 +110,6 @@ class FSDPModule : public torch::nn::ModuleHolder<M> {
 
   // unshard(), reshard(), set_requires_gradient_sync(), no_sync(), ...
   FsdpControl fsdp() const { return FsdpControl(this->ptr()); }
-
- private:
-  template <typename... Args, std::size_t... I>
-  auto call(const std::vector<at::Tensor>& inputs, std::index_sequence<I...>, Args&&... args) {
-    // Each argument's tensors start where the previous argument's end (a braced list is
-    // evaluated in order; the call's arguments are not).
-    const std::array<std::size_t, sizeof...(Args)> counts{detail::count_tensors(args)...};
-    std::array<std::size_t, sizeof...(Args)> starts{};
-    for (std::size_t i = 1; i < counts.size(); ++i) starts[i] = starts[i - 1] + counts[i - 1];
-    return this->get()->forward(
-        detail::replace_tree_at(std::forward<Args>(args), inputs, starts[I])...);
-  }
 };
 
 // Shards `module`'s parameters that no unit inside it holds yet (rows of dim 0 over the group's
