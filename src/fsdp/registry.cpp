@@ -2,6 +2,8 @@
 
 #include "fsdp/fsdp_unit.h"
 
+#include <unistd.h>
+
 #include <unordered_set>
 
 namespace dpx::detail {
@@ -29,13 +31,26 @@ void UnitRegistry::add(const std::shared_ptr<torch::nn::Module>& module,
                        const std::shared_ptr<FsdpUnit>& unit) {
   std::lock_guard<std::mutex> lock(mutex_);
   prune_locked();
-  units_[module.get()] = Entry{module, unit};
+  units_[module.get()] = Entry{module, unit, static_cast<int>(::getpid())};
   for (const auto& p : unit->params()) holders_[p.param().unsafeGetTensorImpl()] = unit;
 }
 
+// Note [Units across fork]
+// A process forked from one that trained with fully_shard (a launcher's spawn, a test's ranks)
+// inherits this registry, with the units of models that died in the parent but were not pruned
+// yet, and their process groups. Those groups' threads did not come with the fork: destroying
+// them here would join threads that do not exist, and hang. So a unit made by another process
+// is let go without being destroyed (its memory is the parent's copy; nothing in this process
+// uses it).
 void UnitRegistry::prune_locked() {
+  const int pid = static_cast<int>(::getpid());
   for (auto it = units_.begin(); it != units_.end();) {
-    it = it->second.module.expired() ? units_.erase(it) : std::next(it);
+    if (!it->second.module.expired()) {
+      ++it;
+      continue;
+    }
+    if (it->second.pid != pid) (void)new std::shared_ptr<FsdpUnit>(std::move(it->second.unit));
+    it = units_.erase(it);
   }
   for (auto it = holders_.begin(); it != holders_.end();) {
     it = it->second.expired() ? holders_.erase(it) : std::next(it);

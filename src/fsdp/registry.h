@@ -32,6 +32,7 @@ class UnitRegistry {
   struct Entry {
     std::weak_ptr<torch::nn::Module> module;
     std::shared_ptr<FsdpUnit> unit;
+    int pid = 0;  // of the process that made the unit (Note [Units across fork])
   };
   std::mutex mutex_;
   std::unordered_map<const torch::nn::Module*, Entry> units_;

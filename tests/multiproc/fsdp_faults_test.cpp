@@ -52,6 +52,32 @@ void expect_typed_error_when_a_rank_dies(bool reshard_after_forward, Death death
   }
 }
 
+// Note [Units across fork] in src/fsdp/registry.cpp: ranks forked after this process trained
+// with fully_shard (threads as ranks; the model gone, its units not yet pruned) shard and train
+// their own models; letting the parent's units go in the child must not join the parent's
+// threads (it hung there, in the hierarchical group's destructor).
+TEST(FsdpFaults, RanksForkedAfterAnEarlierModelDiedShardAndTrain) {
+  for (const auto& backend : test::host_backends()) {
+    SCOPED_TRACE("backend " + backend);
+    auto store = Store::hash();
+    auto errors = test::run_threads(2, [&](int rank) {
+      auto pg = new_process_group(backend, store, rank, 2);
+      auto net = test::make_shard_net(false, torch::kFloat);
+      auto model = test::shard(net, pg);
+      step(model, rank);
+    });
+    for (const auto& e : errors) EXPECT_EQ(e, "");
+    test::StoreServer server;
+    auto results = test::run_processes(2, [&](int rank) {
+      auto pg = new_process_group(backend, server.client(), rank, 2);
+      auto net = test::make_shard_net(false, torch::kFloat);
+      auto model = test::shard(net, pg);
+      step(model, rank);
+    }, {std::chrono::seconds(60)});
+    test::expect_all_ok(results);
+  }
+}
+
 // rank 1 dies before its forward's all-gathers; rank 0 waits in the root's all-gather.
 TEST(FsdpFaults, RankKilledMidAllGatherIsATypedError) {
   expect_typed_error_when_a_rank_dies(true, Death::kBeforeForward);
