@@ -29,6 +29,8 @@ import sys
 # files at the top of src/comm/ are "comm", and a new folder under src/comm/ is in no unit
 # until it is given one here.
 UNITS = [
+    # Every layer throws dpx's errors (dpx/errors.h), so they sit below all of them.
+    ("errors", 0, ["include/dpx/errors.h", "src/errors.cpp"]),
     ("compat", 0, ["src/runtime/compat/*"]),
     ("runtime", 1, ["src/runtime/**", "include/dpx/runtime/*"]),
     ("data", 2, ["src/data/*", "include/dpx/data/*"]),

@@ -3,6 +3,8 @@
 // dpx/runtime/slurm.h (what srun tells a task; Env reads it for programs, dpxrun for its agents).
 #pragma once
 
+#include "dpx/errors.h"
+
 #include "dpx/runtime/cuda.h"
 #include "dpx/runtime/env.h"
 #include "dpx/runtime/files.h"
@@ -11,14 +13,12 @@
 
 #include "dpx/data/distributed_sampler.h"
 
-#include "dpx/store/errors.h"
 #include "dpx/store/store.h"
 #include "dpx/store/types.h"
 
 #include "dpx/observe/timeline.h"
 
 #include "dpx/comm/diagnostics.h"
-#include "dpx/comm/errors.h"
 #include "dpx/comm/init.h"
 #include "dpx/comm/process_group.h"
 #include "dpx/comm/types.h"

@@ -8,7 +8,7 @@
 
 #include "runtime/compat/optimizer.h"
 #include "comm/coordination/control.h"
-#include "ddp/model_sync.h"
+#include "comm/broadcast_coalesced.h"
 #include "algorithms/zero_partition.h"
 
 namespace dpx {

@@ -12,7 +12,7 @@
 #include <cstdio>
 #include <sstream>
 
-#include "dpx/store/errors.h"
+#include "dpx/errors.h"
 #include "dpx/runtime/cuda.h"
 #include "checkpoint/torch_checkpoint.h"
 #include "comm/coordination/control.h"

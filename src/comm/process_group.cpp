@@ -5,7 +5,7 @@
 #include <utility>
 
 #include "observe/stall_inspector.h"
-#include "dpx/store/errors.h"
+#include "dpx/errors.h"
 
 namespace dpx {
 namespace {

@@ -1,6 +1,6 @@
 #include "dpx/comm/work.h"
 
-#include "dpx/store/errors.h"
+#include "dpx/errors.h"
 
 namespace dpx {
 

@@ -5,7 +5,6 @@
 #include <ATen/ThreadLocalState.h>
 #include <c10/core/StreamGuard.h>
 #include <c10/core/impl/DeviceGuardImplInterface.h>
-#include <c10/util/Type.h>
 
 #include <algorithm>
 #include <thread>
@@ -15,25 +14,6 @@
 
 namespace dpx {
 namespace {
-
-std::string describe(std::exception_ptr error) {
-  try {
-    std::rethrow_exception(error);
-  } catch (const c10::Error& e) {
-    return c10::demangle(typeid(e).name()) + "|" + e.what_without_backtrace();
-  } catch (const std::exception& e) {
-    return c10::demangle(typeid(e).name()) + "|" + e.what();
-  } catch (...) {
-    return "unknown exception|(not derived from std::exception)";
-  }
-}
-
-std::string replica_message(int64_t replica, torch::Device device, std::exception_ptr error) {
-  auto text = describe(error);
-  auto bar = text.find('|');
-  return "Caught " + text.substr(0, bar) + " in replica " + std::to_string(replica) +
-         " on device " + device.str() + ".\nOriginal message:\n" + text.substr(bar + 1);
-}
 
 thread_local const detail::ReplicaThreads* current_threads = nullptr;
 
@@ -50,14 +30,6 @@ std::vector<c10::optional<c10::Stream>> current_streams(
 }
 
 }  // namespace
-
-ReplicaError::ReplicaError(int64_t replica, torch::Device device, std::exception_ptr original)
-    // No backtrace: `{}` is an empty one both where it is a string (LibTorch 1.13) and where it
-    // is a lazily computed value (2.x).
-    : c10::Error(replica_message(replica, device, original), /*backtrace=*/{}),
-      replica_(replica),
-      device_(device),
-      original_(std::move(original)) {}
 
 namespace detail {
 

@@ -5,11 +5,12 @@
 
 #include <unordered_set>
 
-#include "dpx/store/errors.h"
+#include "dpx/errors.h"
 #include "dpx/runtime/env.h"
 #include "dpx/ddp/bucket_assignment.h"
 #include "comm/coordination/control.h"
 #include "dpx/observe/timeline.h"
+#include "comm/broadcast_coalesced.h"
 #include "ddp/model_sync.h"
 #include "ddp/reducer.h"
 

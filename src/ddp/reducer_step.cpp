@@ -10,7 +10,7 @@
 #include <torch/csrc/autograd/function_hook.h>
 #include <torch/csrc/autograd/variable.h>
 
-#include "dpx/store/errors.h"
+#include "dpx/errors.h"
 #include "comm/coordination/control.h"
 #include "ddp/sparse_reduce.h"
 

@@ -16,6 +16,8 @@
 #include <c10/util/Type.h>
 #include <nlohmann/json.hpp>
 
+#include "runtime/env_read.h"
+
 namespace dpx {
 namespace {
 
@@ -25,11 +27,9 @@ std::atomic<bool> g_written{false};
 constexpr int kFatalSignals[] = {SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGABRT};
 
 bool write_file(const std::string& json) {
-  const char* path = std::getenv("TORCHELASTIC_ERROR_FILE");
-  if (path == nullptr || *path == '\0') {
-    return false;
-  }
-  std::ofstream out(path, std::ios::trunc);
+  const auto path = detail::env_string("TORCHELASTIC_ERROR_FILE");
+  if (!path) return false;
+  std::ofstream out(*path, std::ios::trunc);
   out << json;
   out.close();
   if (out) {
@@ -118,10 +118,9 @@ bool record_error(const std::string& message) {
 }
 
 void install_error_handler() {
-  const char* path = std::getenv("TORCHELASTIC_ERROR_FILE");
-  if (path == nullptr || *path == '\0') {
-    return;
-  }
+  const auto found = detail::env_string("TORCHELASTIC_ERROR_FILE");
+  if (!found) return;
+  const char* path = found->c_str();
   std::snprintf(g_error_file, sizeof(g_error_file), "%s", path);
   // The trace a launcher reads when no error file comes: the handler was there, so a non-zero
   // exit without one means the program returned it without throwing (error_handler.h).

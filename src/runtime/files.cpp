@@ -11,6 +11,8 @@
 #include <cstring>
 #include <stdexcept>
 
+#include "runtime/env_read.h"
+
 namespace dpx {
 
 std::vector<std::string> list_dir(const std::string& dir) {
@@ -71,8 +73,7 @@ std::string absolute_path(const std::string& path) {
 }
 
 std::string temp_dir() {
-  const char* tmp = std::getenv("TMPDIR");
-  return tmp != nullptr && *tmp != '\0' ? tmp : "/tmp";
+  return detail::env_string("TMPDIR").value_or("/tmp");
 }
 
 }  // namespace dpx

@@ -11,6 +11,8 @@
 // not taken for a rank of the job.
 #pragma once
 
+#include <cstdint>
+#include <initializer_list>
 #include <optional>
 #include <string>
 #include <vector>
@@ -34,11 +36,20 @@ struct SchedulerEnv {
 // Malformed variables throw, naming the variable.
 std::optional<SchedulerEnv> scheduler_env();
 
+// The variable readers of both the schedulers' parsers and the Slurm step's (slurm.cpp): an
+// integer >= min that must be set, one that may be, a job id's derived port, the first of
+// several names that is set. Malformed values throw, naming the variable.
+int need(const char* name, std::int64_t min);
+std::optional<int> maybe(const char* name, std::int64_t min = 0);
+std::optional<int> port_from(const char* name);
+std::optional<std::string> first_of(std::initializer_list<const char*> names);
+
 // Slurm's hostlist syntax: "node[01-03,7],login" -> node01 node02 node03 node7 login; ranges
 // keep their zero padding; several brackets in one name expand in order.
 std::vector<std::string> expand_slurm_hostlist(const std::string& list);
 
 // Slurm's tasks-per-node syntax: "2(x3),1" -> 2 2 2 1.
 std::vector<int> expand_slurm_tasks_per_node(const std::string& list);
+// (Both in slurm.cpp, beside the step they are read for.)
 
 }  // namespace dpx::detail

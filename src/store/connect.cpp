@@ -21,7 +21,7 @@
 #include <cstring>
 
 #include "store/socket.h"
-#include "dpx/store/errors.h"
+#include "dpx/errors.h"
 
 namespace dpx::detail::net {
 namespace {

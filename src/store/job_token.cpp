@@ -1,13 +1,13 @@
 #include "store/job_token.h"
 
-#include <cstdlib>
+#include "runtime/env_read.h"
 
 namespace dpx::detail {
 
 // Read here rather than in dpx::Env: only the store's creation needs them.
 std::string job_token_from_env() {
   for (const char* name : {"DPX_STORE_TOKEN", "TORCHELASTIC_RUN_ID"}) {
-    if (const char* v = std::getenv(name); v != nullptr && *v != '\0') return v;
+    if (auto v = env_string(name)) return *v;
   }
   return "";
 }

@@ -10,7 +10,7 @@
 #include "store/tcp_client.h"
 #include "store/tcp_server.h"
 #include "store/translate.h"
-#include "dpx/store/errors.h"
+#include "dpx/errors.h"
 
 namespace dpx {
 namespace {

@@ -4,7 +4,7 @@
 #include <thread>
 
 #include "store/tcp_protocol.h"
-#include "dpx/store/errors.h"
+#include "dpx/errors.h"
 
 namespace dpx::detail {
 

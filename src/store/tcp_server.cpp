@@ -13,7 +13,7 @@
 
 #include "store/tcp_protocol.h"
 #include "store/tcp_server_state.h"
-#include "dpx/store/errors.h"
+#include "dpx/errors.h"
 
 namespace dpx::detail {
 

@@ -2,7 +2,7 @@
 
 #include <c10/util/Exception.h>
 
-#include "dpx/store/errors.h"
+#include "dpx/errors.h"
 
 namespace dpx::detail {
 namespace {

@@ -15,13 +15,9 @@
 #include <stdexcept>
 #include <string>
 
-namespace dpx {
+#include "dpx/errors.h"
 
-// A checkpoint file that is missing, truncated or corrupt; the message names the file.
-class CheckpointError : public std::runtime_error {
- public:
-  using std::runtime_error::runtime_error;
-};
+namespace dpx {
 
 struct CheckpointWriteOptions {
   // Test hook: called once after the first `partial_bytes` bytes reached the temporary file

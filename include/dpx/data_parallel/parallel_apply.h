@@ -9,23 +9,9 @@
 #include <string>
 #include <vector>
 
+#include "dpx/errors.h"
+
 namespace dpx {
-
-// An exception thrown by a replica's forward (or, under DataParallel, its backward), re-raised
-// in the caller: "Caught <type> in replica N on device <dev>.", then the original message.
-// The original exception stays available through original().
-class ReplicaError : public c10::Error {
- public:
-  ReplicaError(int64_t replica, torch::Device device, std::exception_ptr original);
-  int64_t replica() const { return replica_; }
-  torch::Device device() const { return device_; }
-  std::exception_ptr original() const { return original_; }
-
- private:
-  int64_t replica_;
-  torch::Device device_;
-  std::exception_ptr original_;
-};
 
 struct ParallelApplyOptions {
   // The device of each replica (names it in errors; on CUDA, the current device of its thread).

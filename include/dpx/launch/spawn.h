@@ -7,7 +7,7 @@
 #include <functional>
 #include <string>
 
-#include "dpx/store/errors.h"
+#include "dpx/errors.h"
 #include "dpx/store/types.h"
 
 namespace dpx {
@@ -17,17 +17,6 @@ struct SpawnOptions {
   std::chrono::milliseconds timeout = kDefaultTimeout;
   // After one worker fails, the others get SIGTERM and this long before SIGKILL.
   std::chrono::milliseconds stop_grace = std::chrono::seconds(5);
-};
-
-// A worker of spawn() failed: `rank` is the first one that did, `message` what it threw (from
-// its error file), or its exit code / signal when it left no message.
-class ProcessFailedError : public DistributedError {
- public:
-  ProcessFailedError(const std::string& what, int rank, int exit_code, int signal)
-      : DistributedError(what), rank(rank), exit_code(exit_code), signal(signal) {}
-  int rank;
-  int exit_code;  // -1 when killed by a signal
-  int signal;
 };
 
 // Runs fn(rank, nprocs) in nprocs forked processes and waits for all. If one throws or dies,

@@ -22,7 +22,7 @@
 #include <string>
 #include <vector>
 
-#include "dpx/comm/errors.h"
+#include "dpx/errors.h"
 #include "dpx/store/store.h"
 
 namespace dpx::detail {

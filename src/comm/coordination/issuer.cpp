@@ -3,7 +3,7 @@
 #include <algorithm>
 
 #include "dpx/runtime/cuda.h"
-#include "dpx/store/errors.h"
+#include "dpx/errors.h"
 
 namespace dpx::detail {
 

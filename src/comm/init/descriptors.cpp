@@ -2,7 +2,7 @@
 
 #include <c10/util/Exception.h>
 
-#include "dpx/store/errors.h"
+#include "dpx/errors.h"
 #include "store/tcp_server.h"
 
 namespace dpx::detail {

@@ -12,7 +12,7 @@
 #include "comm/backends/staged/process_group_staged.h"
 #include "comm/setup/choose.h"
 #include "comm/setup/members.h"
-#include "dpx/store/errors.h"
+#include "dpx/errors.h"
 #include "dpx/runtime/cuda.h"
 
 namespace dpx::detail {

@@ -10,7 +10,7 @@
 #include "comm/init/init_url.h"
 #include "comm/setup/members.h"
 #include "store/job_token.h"
-#include "dpx/store/errors.h"
+#include "dpx/errors.h"
 #include "dpx/runtime/cuda.h"
 #include "dpx/runtime/env.h"
 #include "dpx/observe/timeline.h"

@@ -1,6 +1,6 @@
 #include "comm/backends/c10d/backend_error.h"
 
-#include "dpx/store/errors.h"
+#include "dpx/errors.h"
 
 namespace dpx::detail {
 namespace {

@@ -9,7 +9,7 @@
 #include "comm/backends/gloo/translate.h"
 #include "store/c10d_adapter.h"
 #include "store/round.h"
-#include "dpx/store/errors.h"
+#include "dpx/errors.h"
 #include "dpx/observe/timeline.h"
 #include "runtime/env_read.h"
 

@@ -10,7 +10,7 @@
 #include "comm/coordination/issuer.h"
 #include "comm/backends/gloo/process_group_gloo.h"
 #include "comm/backends/shm/process_group_shm.h"
-#include "dpx/comm/errors.h"
+#include "dpx/errors.h"
 
 namespace dpx::detail {
 namespace {

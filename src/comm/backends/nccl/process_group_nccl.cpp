@@ -8,7 +8,7 @@
 
 #include "comm/coordination/consistency.h"
 #include "comm/backends/nccl/translate.h"
-#include "dpx/store/errors.h"
+#include "dpx/errors.h"
 
 #if DPX_WITH_CUDA
 #include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>

@@ -9,7 +9,7 @@
 #include <thread>
 
 #include "comm/coordination/consistency.h"
-#include "dpx/comm/errors.h"
+#include "dpx/errors.h"
 #include "runtime/env_read.h"
 #include "runtime/memory/cpu_block_cache.h"
 

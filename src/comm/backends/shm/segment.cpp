@@ -15,7 +15,7 @@
 
 #include "comm/setup/placement.h"
 #include "store/round.h"
-#include "dpx/store/errors.h"
+#include "dpx/errors.h"
 
 namespace dpx::detail::shm {
 namespace {

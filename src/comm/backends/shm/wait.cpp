@@ -11,7 +11,7 @@
 #include <climits>
 #include <cstring>
 
-#include "dpx/store/errors.h"
+#include "dpx/errors.h"
 
 namespace dpx::detail::shm {
 namespace {

@@ -10,7 +10,7 @@
 #include "comm/copy_back_work.h"
 #include "comm/coordination/issuer.h"
 #include "runtime/cuda/stream_mark.h"
-#include "dpx/store/errors.h"
+#include "dpx/errors.h"
 
 namespace dpx::detail {
 namespace {

@@ -14,7 +14,7 @@
 #include <cstring>
 #include <thread>
 
-#include "dpx/store/errors.h"
+#include "dpx/errors.h"
 
 namespace dpx::detail::net {
 

@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "store/round.h"
-#include "dpx/store/errors.h"
+#include "dpx/errors.h"
 
 namespace dpx::detail {
 namespace {
