@@ -34,15 +34,17 @@ UNITS = [
     ("compat", 0, ["src/runtime/compat/*"]),
     ("runtime", 1, ["src/runtime/**", "include/dpx/runtime/*"]),
     ("data", 2, ["src/data/*", "include/dpx/data/*"]),
+    # Sockets and routes, below the store and gloo, which both open connections.
+    ("net", 2, ["src/net/*"]),
     ("store", 3, ["src/store/*", "include/dpx/store/*"]),
     ("observe", 4, ["src/observe/**", "include/dpx/observe/*"]),
     # comm, bottom up: the interface (ProcessGroup, Work); the mechanisms every backend shares
-    # (coordination/) beside the pure set-up decisions (setup/); what backends share (c10d/,
-    # backend_args.h); the backends, each on its own; hierarchical, made of shm and gloo
-    # groups; init/, which parses init_process_group's arguments and makes the group.
+    # (coordination/) beside the pure decisions a group is made from (plan/); what backends
+    # share (c10d/, backend_args.h); the backends, each on its own; hierarchical, made of shm
+    # and gloo groups; init/, which parses init_process_group's arguments and makes the group.
     ("comm", 5, ["src/comm/*", "include/dpx/comm/*"]),
     ("comm/coordination", 6, ["src/comm/coordination/*"]),
-    ("comm/setup", 6, ["src/comm/setup/*"]),
+    ("comm/plan", 6, ["src/comm/plan/*"]),
     ("comm/backends", 7, ["src/comm/backends/*"]),
     ("comm/backends/c10d", 7, ["src/comm/backends/c10d/*"]),
     ("comm/backends/shm", 8, ["src/comm/backends/shm/*"]),
@@ -65,10 +67,11 @@ UNITS = [
     ("tests", 15, ["tests/**"]),
 ]
 # Units that include only these folders besides their own: the launcher talks to workers
-# through the environment and the store, so it sees the public headers and src/store alone;
-# benchmarks and examples use dpx as its users do.
+# through the environment and the store, so it sees the public headers, src/store and src/net
+# (the local address the other nodes reach it at) alone; benchmarks and examples use dpx as its
+# users do.
 ONLY = {
-    "dpxrun": ["include/dpx/**", "src/store/*"],
+    "dpxrun": ["include/dpx/**", "src/store/*", "src/net/*"],
     "bench": ["include/dpx/**"],
     "examples": ["include/dpx/**"],
 }

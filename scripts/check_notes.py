@@ -4,7 +4,7 @@
 A note is defined once, in a comment line that holds its name alone, the text below it:
     // Note [Bucket rebuild]
     // After the first iteration ...
-and referred to as `Note [Bucket rebuild]` (often "(Note [Bucket rebuild] in reducer_buckets.cpp)")
+and referred to as `Note [Bucket rebuild]` (often "(Note [Bucket rebuild] in reducer.cpp)")
 anywhere else, code or docs. So `grep -rn "Note \\[Bucket rebuild\\]$"` finds the definition and
 `grep -rn "Note \\[Bucket rebuild\\]"` every use. This fails on a name split over two lines, a name
 defined twice or not at all, and a definition written inline ("Note [X]: text").

@@ -1,6 +1,7 @@
 // Everything dpx offers, in one include: each layer's headers, bottom up (docs/architecture.md).
-// Two public headers are left out: dpx/data/fashion_mnist.h (the example's data set) and
-// dpx/runtime/slurm.h (what srun tells a task; Env reads it for programs, dpxrun for its agents).
+// Left out: dpx/data/fashion_mnist.h (the example's data set), dpx/runtime/slurm.h (what srun
+// tells a task; Env reads it for programs, dpxrun for its agents), and dpx/store/errors.h and
+// dpx/comm/errors.h (older paths of dpx/errors.h).
 #pragma once
 
 #include "dpx/errors.h"

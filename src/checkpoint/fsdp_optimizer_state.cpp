@@ -8,6 +8,7 @@
 #include "dpx/fsdp/fsdp_state_dict.h"
 #include "checkpoint/fsdp_checkpoint_parts.h"
 #include "checkpoint/optimizer_state.h"
+#include "fsdp/fsdp_param.h"
 
 namespace dpx {
 namespace {
@@ -22,21 +23,6 @@ bool is_sharded_state(const at::Tensor& t, const ParameterShard& s) {
 // The same tensor whole, as full_optimizer_state_dict gives it: shaped like the whole parameter.
 bool is_whole_state(const at::Tensor& t, const ParameterShard& s) {
   return s.sharded && t.dim() > 0 && t.sizes() == c10::IntArrayRef(s.full_sizes);
-}
-
-// The whole tensor of which every rank holds the rows of its parameter's shard: each rank pads
-// its rows to the largest shard (ceil(rows / N), torch.chunk's split) and all-gather joins them.
-at::Tensor gather_rows(ProcessGroup& pg, const at::Tensor& mine, const ParameterShard& s) {
-  const int64_t rows = s.full_sizes[0];
-  const int64_t chunk = (rows + pg.size() - 1) / pg.size();
-  auto sizes = mine.sizes().vec();
-  sizes[0] = chunk;
-  auto padded = at::zeros(sizes, mine.options());
-  padded.narrow(0, 0, mine.size(0)).copy_(mine);
-  sizes[0] = chunk * pg.size();
-  auto whole = at::empty(sizes, mine.options());
-  pg.allgather(whole, padded)->synchronize();
-  return whole.narrow(0, 0, rows).clone();
 }
 
 std::unordered_map<std::string, const ParameterShard*> by_name(
@@ -69,7 +55,7 @@ c10::IValue full_optimizer_state_dict(const torch::nn::Module& module,
     for (const auto& kv : local_state.at(index).toGenericDict()) {
       auto value = kv.value();
       if (pg && value.isTensor() && is_sharded_state(value.toTensor(), shard)) {
-        value = gather_rows(*pg, value.toTensor(), shard);
+        value = detail::gather_rows(*pg, value.toTensor(), shard.full_sizes[0]).clone();
       }
       entry.insert(kv.key(), value);
     }

@@ -28,7 +28,7 @@ namespace dpx::detail {
 // queues after (the gather, its own kernels) comes after, without a host wait. The streams are
 // read on the caller's thread; each task makes its device and that stream current (c10's
 // device-agnostic stream guard: nothing for the CPU). Note [Thread devices] in
-// runtime/cuda/device.h says why a thread sets its device at all.
+// runtime/cuda/local_device.h says why a thread sets its device at all.
 
 // DataParallel's default intra-op threads per replica: max(1, hardware threads / replicas).
 int64_t default_threads_per_replica(int64_t replicas);

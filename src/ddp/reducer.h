@@ -4,7 +4,7 @@
 // The protocol of one iteration:
 //  1. prepare_for_forward(): the previous backward must have finished its reduction; once,
 //     after the first iteration, a synchronised forward rebuilds the buckets in the observed
-//     gradient order (rank 0's order, broadcast to all; reducer_buckets.cpp).
+//     gradient order (rank 0's order, broadcast to all; reducer.cpp).
 //  2. prepare_for_backward(outputs): expect gradient hooks; with find_unused_parameters (or in
 //     the first static-graph iteration) find the parameters the outputs do not reach.
 //  3. A hook per parameter fires after its gradient was accumulated: the gradient is copied
@@ -13,7 +13,7 @@
 //  4. After the last bucket launched, an end-of-backward callback waits for all buckets and
 //     writes the averages into .grad.
 // Steps 1-2 read in this order in reducer_forward.cpp, steps 3-4 (hook, launch, finalize) in
-// reducer_step.cpp; what happens once (bucket assignment, rebuild) is in reducer_buckets.cpp,
+// reducer_step.cpp; what happens once (bucket assignment, rebuild) is in reducer.cpp,
 // what a step reports in reducer_report.cpp, the texts of its errors in reducer_errors.cpp.
 #pragma once
 

@@ -2,7 +2,7 @@
 // reducer.h, steps 3 and 4): the gradient hooks (registered here, fired by autograd) fill the
 // buckets, full buckets launch in order, and the end-of-backward callback waits for them and
 // writes the averages into .grad. Beside it: what comes before a backward (reducer_forward.cpp),
-// what happens once (reducer_buckets.cpp), what a step reports (reducer_report.cpp) and the
+// what happens once (reducer.cpp), what a step reports (reducer_report.cpp) and the
 // texts of its errors (reducer_errors.cpp).
 #include "ddp/reducer.h"
 

@@ -22,6 +22,23 @@ ChunkSplit split(int64_t rows, int64_t chunk_rows, int64_t row_numel) {
 
 }  // namespace
 
+int64_t chunk_rows(int64_t rows, int world) { return (rows + world - 1) / world; }
+
+at::Tensor gather_rows(ProcessGroup& pg, const at::Tensor& mine, int64_t rows) {
+  const int64_t chunk = chunk_rows(rows, pg.size());
+  auto sizes = mine.sizes().vec();
+  at::Tensor padded = mine;
+  if (mine.size(0) != chunk) {
+    sizes[0] = chunk;
+    padded = at::zeros(sizes, mine.options());
+    padded.narrow(0, 0, mine.size(0)).copy_(mine);
+  }
+  sizes[0] = chunk * pg.size();
+  auto whole = at::empty(sizes, mine.options());
+  pg.allgather(whole, padded.contiguous())->synchronize();
+  return whole.narrow(0, 0, rows);
+}
+
 FsdpParam::FsdpParam(at::Tensor param, std::string name, int rank, int world)
     : param_(std::move(param)), name_(std::move(name)), world_(world) {
   TORCH_CHECK(param_.dim() >= 1, "fully_shard: parameter ", name_, " is a scalar (0-dim); "
@@ -33,7 +50,7 @@ FsdpParam::FsdpParam(at::Tensor param, std::string name, int rank, int world)
   full_sizes_ = param_.sizes().vec();
   const int64_t rows = full_sizes_[0];
   for (std::size_t d = 1; d < full_sizes_.size(); ++d) row_numel_ *= full_sizes_[d];
-  chunk_rows_ = (rows + world - 1) / world;
+  chunk_rows_ = detail::chunk_rows(rows, world);
   row_offset_ = std::min<int64_t>(rows, rank * chunk_rows_);
   local_rows_ = std::min<int64_t>(chunk_rows_, rows - row_offset_);
 

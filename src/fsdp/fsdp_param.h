@@ -23,7 +23,18 @@
 #include <string>
 #include <vector>
 
+#include "dpx/comm/process_group.h"
+
 namespace dpx::detail {
+
+// Rows of dim 0 per rank when `rows` are split over `world` ranks as torch.chunk splits them:
+// ceil(rows / world), the last ranks' chunks shorter or empty.
+int64_t chunk_rows(int64_t rows, int world);
+
+// The whole tensor of `rows` rows of which each rank of `pg` holds its chunk (`mine`, at most
+// chunk_rows(rows, pg.size()) rows, padded here): one all-gather, then the padding cut off.
+// What a parameter's shard gathers into (full state dict) and its optimizer state too.
+at::Tensor gather_rows(ProcessGroup& pg, const at::Tensor& mine, int64_t rows);
 
 class FsdpParam {
  public:

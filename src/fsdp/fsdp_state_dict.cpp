@@ -33,13 +33,8 @@ void check_between_iterations(const Sharded& s, const std::string& name) {
 }
 
 at::Tensor gather(const Sharded& s) {
-  auto& pg = *s.unit->process_group();
-  const auto& shard = s.param->padded_shard();
-  auto sizes = shard.sizes().vec();
-  sizes[0] *= pg.size();
-  auto whole = at::empty(sizes, shard.options());
-  pg.allgather(whole, shard)->synchronize();
-  return whole.narrow(0, 0, s.param->full_sizes()[0]);
+  return detail::gather_rows(*s.unit->process_group(), s.param->padded_shard(),
+                             s.param->full_sizes()[0]);
 }
 
 }  // namespace

@@ -1,4 +1,4 @@
-#include "store/route.h"
+#include "net/route.h"
 
 #include <arpa/inet.h>
 #include <ifaddrs.h>

@@ -1,5 +1,5 @@
 // Which local address and interface face a peer: what every dpx listener binds to when nothing
-// names one (Note [Listen where the master is reached] in comm/backends/gloo/device.h).
+// names one (Note [Listen where the master is reached] in comm/backends/gloo/gloo_device.h).
 #pragma once
 
 #include <optional>

@@ -1,4 +1,4 @@
-#include "store/socket.h"
+#include "net/socket.h"
 
 #include <arpa/inet.h>
 #include <fcntl.h>

@@ -44,7 +44,7 @@ class StallInspector {
   using IsCompleted = bool (*)(void* work);
 
   // `device` is the group's: the inspector's thread makes it current before it asks anything
-  // (Note [Thread devices] in runtime/cuda/device.h).
+  // (Note [Thread devices] in runtime/cuda/local_device.h).
   StallInspector(std::shared_ptr<Store> store, int rank, int size, std::string where,
                  std::chrono::milliseconds threshold, std::chrono::milliseconds timeout,
                  IsCompleted is_completed, at::Device device);

@@ -20,7 +20,7 @@
 #include <cerrno>
 #include <cstring>
 
-#include "store/socket.h"
+#include "net/socket.h"
 #include "dpx/errors.h"
 
 namespace dpx::detail::net {

@@ -8,7 +8,7 @@
 #include <mutex>
 #include <string>
 
-#include "store/socket.h"
+#include "net/socket.h"
 #include "store/store_impl.h"
 
 namespace dpx::detail {

@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "store/c10d_wire.h"
-#include "store/socket.h"
+#include "net/socket.h"
 #include "store/store_request.h"
 #include "store/tcp_server.h"
 

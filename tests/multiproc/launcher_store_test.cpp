@@ -8,7 +8,7 @@
 
 #include <fstream>
 
-#include "dpx/store/errors.h"
+#include "dpx/errors.h"
 #include "support/expect_throws.h"
 #include "support/harness.h"
 #include "support/launcher_harness.h"

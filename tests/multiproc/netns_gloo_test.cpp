@@ -8,7 +8,7 @@
 #include <fstream>
 #include <iterator>
 
-#include "store/route.h"
+#include "net/route.h"
 #include "support/launcher_harness.h"
 #include "support/netns_hosts.h"
 

@@ -2,7 +2,7 @@
 // the store (init_process_group over tcp://): a rank that cannot open the shm segment
 // (Note [Attach failures] in src/comm/backends/shm/segment.h), settings that differ
 // (Note [Failing together] in src/store/round.h), world sizes that differ and a rank started
-// twice (Note [Members] in src/comm/setup/members.h).
+// twice (Note [Members] in src/comm/plan/members.h).
 #include <sched.h>
 #include <sys/mount.h>
 #include <sys/wait.h>

@@ -1,10 +1,10 @@
 // Which ranks share a host, who leads each host, and the backend a group gets from that
-// (comm/setup/: one parser of names, one placement, one choice; Note [Backend choice]).
+// (comm/plan/: one parser of names, one placement, one choice; Note [Backend choice]).
 #include <gtest/gtest.h>
 
 #include <cstdlib>
 
-#include "comm/setup/choose.h"
+#include "comm/plan/choose.h"
 #include "dpx/runtime/cuda.h"
 #include "support/expect_throws.h"
 

@@ -8,7 +8,7 @@
 #include <thread>
 
 #include "comm/backends/nccl/translate.h"
-#include "runtime/cuda/device.h"
+#include "runtime/cuda/local_device.h"
 #include "dpx/dpx.h"
 #include "support/expect_throws.h"
 

@@ -8,8 +8,8 @@
 #include <gtest/gtest.h>
 #include <gmock/gmock.h>
 
-#include "comm/backends/gloo/device.h"
-#include "store/route.h"
+#include "comm/backends/gloo/gloo_device.h"
+#include "net/route.h"
 #include "dpx/store/store.h"
 #include "support/expect_throws.h"
 

@@ -1,5 +1,5 @@
 // The device (and stream) each thread dpx starts works on (Note [Thread devices] in
-// runtime/cuda/device.h), on any machine: c10's FakeGuardImpl stands in for CUDA's device guard.
+// runtime/cuda/local_device.h), on any machine: c10's FakeGuardImpl stands in for CUDA's device guard.
 // It keeps each thread's current device and streams, as CUDA does, and answers for 8 devices;
 // no test here launches a kernel or allocates device memory.
 #include <c10/core/StreamGuard.h>

@@ -15,7 +15,7 @@
 #include "dpx/runtime/env.h"
 #include "dpx/runtime/files.h"
 #include "dpx/launch/error_handler.h"
-#include "dpx/store/errors.h"
+#include "dpx/errors.h"
 #include "dpxrun/clock_and_say.h"
 #include "dpxrun/net.h"
 

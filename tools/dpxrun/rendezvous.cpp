@@ -9,10 +9,10 @@
 #include <thread>
 #include <vector>
 
-#include "dpx/store/errors.h"
+#include "dpx/errors.h"
 #include "dpxrun/clock_and_say.h"
 #include "dpxrun/net.h"
-#include "store/route.h"
+#include "net/route.h"
 
 namespace dpxrun {
 namespace {

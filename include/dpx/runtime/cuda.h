@@ -26,7 +26,7 @@ at::Device local_device(at::Device asked = at::Device(at::kCUDA),
 // explicit device (a context, a stream, pinned memory) happens on this rank's GPU rather than
 // on GPU 0. Nothing for the CPU. new_process_group() (and so init_process_group()) calls it for
 // a CUDA group on the calling thread, and every thread dpx starts for a group or a replica calls
-// it first (Note [Thread devices] in src/runtime/cuda/device.h).
+// it first (Note [Thread devices] in src/runtime/cuda/local_device.h).
 void set_current_device(at::Device device);
 
 }  // namespace dpx::cuda

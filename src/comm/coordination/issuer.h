@@ -34,7 +34,7 @@ class Issuer {
 
   // `name` starts its timeout message: the backend whose collectives it issues. `device` is
   // the group's: the thread makes it current before it issues anything (Note [Thread devices]
-  // in runtime/cuda/device.h).
+  // in runtime/cuda/local_device.h).
   Issuer(std::chrono::milliseconds timeout, std::string where, std::string name = "gloo",
          at::Device device = at::kCPU);
   // Issues what is still queued (each check ends within the timeout), then joins.

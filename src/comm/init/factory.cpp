@@ -4,14 +4,14 @@
 
 #include <optional>
 
-#include "comm/backends/gloo/device.h"
+#include "comm/backends/gloo/gloo_device.h"
 #include "comm/backends/gloo/process_group_gloo.h"
 #include "comm/backends/hierarchical/process_group_hierarchical.h"
 #include "comm/backends/nccl/process_group_nccl.h"
 #include "comm/backends/shm/process_group_shm.h"
 #include "comm/backends/staged/process_group_staged.h"
-#include "comm/setup/choose.h"
-#include "comm/setup/members.h"
+#include "comm/plan/choose.h"
+#include "comm/plan/members.h"
 #include "dpx/errors.h"
 #include "dpx/runtime/cuda.h"
 

@@ -6,14 +6,14 @@
 #include <memory>
 
 #include "comm/backends/backend_args.h"
-#include "comm/setup/backend.h"
+#include "comm/plan/backend.h"
 
 namespace dpx::detail {
 
 // 1. `asked` (auto included) on the CPU or a CUDA device; nccl on the CPU is a clear error.
-//    Every rank has the world size this one has (Note [Members] in comm/setup/members.h).
+//    Every rank has the world size this one has (Note [Members] in comm/plan/members.h).
 // 2. The placement, in one store round, when auto or hierarchical needs it.
-// 3. The choice (Note [Backend choice] in comm/setup/choose.h), then the backend's factory;
+// 3. The choice (Note [Backend choice] in comm/plan/choose.h), then the backend's factory;
 //    a host backend on a device is staged through host memory.
 std::shared_ptr<ProcessGroup> make_group(Backend asked, const BackendArgs& args);
 

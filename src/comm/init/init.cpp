@@ -4,11 +4,11 @@
 #include <netdb.h>
 #include <sys/socket.h>
 
-#include "comm/setup/backend.h"
+#include "comm/plan/backend.h"
 #include "comm/init/descriptors.h"
 #include "comm/init/factory.h"
 #include "comm/init/init_url.h"
-#include "comm/setup/members.h"
+#include "comm/plan/members.h"
 #include "store/job_token.h"
 #include "dpx/errors.h"
 #include "dpx/runtime/cuda.h"

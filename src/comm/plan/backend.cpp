@@ -1,4 +1,4 @@
-#include "comm/setup/backend.h"
+#include "comm/plan/backend.h"
 
 #include <c10/util/Exception.h>
 

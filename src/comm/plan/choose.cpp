@@ -1,4 +1,4 @@
-#include "comm/setup/choose.h"
+#include "comm/plan/choose.h"
 
 namespace dpx::detail {
 

@@ -11,8 +11,8 @@
 
 #include <functional>
 
-#include "comm/setup/backend.h"
-#include "comm/setup/placement.h"
+#include "comm/plan/backend.h"
+#include "comm/plan/placement.h"
 
 namespace dpx::detail {
 

@@ -2,7 +2,7 @@
 // questions in its folder (comm/backends/gloo/diagnostics.cpp, comm/backends/shm/diagnostics.cpp).
 #include "dpx/comm/diagnostics.h"
 
-#include "comm/setup/choose.h"
+#include "comm/plan/choose.h"
 
 namespace dpx {
 

@@ -1,4 +1,4 @@
-#include "comm/setup/members.h"
+#include "comm/plan/members.h"
 
 #include <unistd.h>
 

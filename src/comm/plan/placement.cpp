@@ -1,4 +1,4 @@
-#include "comm/setup/placement.h"
+#include "comm/plan/placement.h"
 
 #include <c10/util/Exception.h>
 #include <unistd.h>
@@ -9,7 +9,7 @@
 #include <set>
 
 #include "store/round.h"
-#include "runtime/cuda/device.h"
+#include "runtime/cuda/local_device.h"
 
 namespace dpx::detail {
 

@@ -3,7 +3,7 @@
 // containers), every rank calls its GPU 0.
 #include <string>
 
-#include "runtime/cuda/device.h"
+#include "runtime/cuda/local_device.h"
 
 #if DPX_WITH_CUDA
 #include <cuda_runtime_api.h>

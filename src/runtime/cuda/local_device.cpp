@@ -1,7 +1,7 @@
 #include <c10/core/impl/DeviceGuardImplInterface.h>
 #include <c10/util/Exception.h>
 
-#include "runtime/cuda/device.h"
+#include "runtime/cuda/local_device.h"
 #include "dpx/runtime/cuda.h"
 #include "runtime/env_read.h"
 

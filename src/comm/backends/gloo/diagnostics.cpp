@@ -1,7 +1,7 @@
 // The gloo backend's answer to dpx/comm/diagnostics.h: where a group would listen.
 #include "dpx/comm/diagnostics.h"
 
-#include "comm/backends/gloo/device.h"
+#include "comm/backends/gloo/gloo_device.h"
 
 namespace dpx {
 

@@ -1,9 +1,9 @@
-#include "comm/backends/gloo/device.h"
+#include "comm/backends/gloo/gloo_device.h"
 
 #include <c10/util/Exception.h>
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 
-#include "store/route.h"
+#include "net/route.h"
 #include "dpx/store/store.h"
 #include "dpx/runtime/env.h"
 #include "runtime/env_read.h"

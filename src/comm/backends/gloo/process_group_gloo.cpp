@@ -5,7 +5,7 @@
 
 #include "comm/backends/c10d/c10d_work.h"
 #include "comm/coordination/consistency.h"
-#include "comm/backends/gloo/device.h"
+#include "comm/backends/gloo/gloo_device.h"
 #include "comm/backends/gloo/translate.h"
 #include "store/c10d_adapter.h"
 #include "store/round.h"
@@ -66,7 +66,7 @@ GlooGroup::GlooGroup(const BackendArgs& args)
               "tensors only, not ", args.options.device);
   auto opts = c10d::ProcessGroupGloo::Options::create();
   opts->timeout = args.options.timeout;
-  // Note [Listen where the master is reached] in comm/backends/gloo/device.h.
+  // Note [Listen where the master is reached] in comm/backends/gloo/gloo_device.h.
   const GlooListen listen = choose_gloo_listen(gloo_listen_inputs(store_.get()), where());
   opts->devices.push_back(make_gloo_device(listen));
   check_settings_agree(*store_, rank(), size(), {{"backend", "gloo"}}, options().timeout, where());

@@ -5,7 +5,7 @@
 #include <memory>
 
 #include "comm/backends/backend_args.h"
-#include "comm/setup/placement.h"
+#include "comm/plan/placement.h"
 
 namespace dpx::detail {
 

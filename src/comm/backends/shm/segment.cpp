@@ -13,7 +13,7 @@
 #include <stdexcept>
 #include <vector>
 
-#include "comm/setup/placement.h"
+#include "comm/plan/placement.h"
 #include "store/round.h"
 #include "dpx/errors.h"
 
