@@ -1,12 +1,14 @@
 // The skeleton of the dpx-bench sub-commands that price one configuration against another in
-// one env:// job (powersgd, zero, syncbn, localsgd, sparse): the common flags, the group, the
-// two configurations timed in alternation (this machine is noisy, so both see the same moments
-// of it), and the step-time line the smoke tests read (tests/scripts/bench_ratios.cmake).
+// one env:// job (amp, fsdp, handwritten, localsgd, powersgd, sparse, syncbn, zero): the common
+// flags, the group, the configurations timed in alternation (this machine is noisy, so all see
+// the same moments of it), and the step-time line the smoke tests read
+// (tests/scripts/bench_ratios.cmake).
 #pragma once
 
 #include <ATen/Parallel.h>
 
 #include <cstdio>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -48,15 +50,25 @@ struct Alternated {
   std::vector<double> first, second;  // seconds, one per timed call
 };
 
-// `rounds` rounds of `steps` calls of `first`, then `steps` of `second`; each returns seconds.
-template <typename First, typename Second>
-Alternated alternate(const CompareOptions& o, First&& first, Second&& second) {
-  Alternated t;
+// `rounds` rounds of `steps` calls of each configuration in turn; each call returns seconds. One
+// list per configuration, in the order given.
+inline std::vector<std::vector<double>> alternate(
+    const CompareOptions& o, const std::vector<std::function<double()>>& configs) {
+  std::vector<std::vector<double>> seconds(configs.size());
   for (int r = 0; r < o.rounds; ++r) {
-    for (int s = 0; s < o.steps; ++s) t.first.push_back(first());
-    for (int s = 0; s < o.steps; ++s) t.second.push_back(second());
+    for (std::size_t c = 0; c < configs.size(); ++c) {
+      for (int s = 0; s < o.steps; ++s) seconds[c].push_back(configs[c]());
+    }
   }
-  return t;
+  return seconds;
+}
+
+// The same for two configurations, `first` and `second`.
+inline Alternated alternate(const CompareOptions& o, std::function<double()> first,
+                            std::function<double()> second) {
+  auto seconds =
+      alternate(o, std::vector<std::function<double()>>{std::move(first), std::move(second)});
+  return {std::move(seconds[0]), std::move(seconds[1])};
 }
 
 // "step time (median of N): <first> x ms, <second> y ms, ratio second/first".

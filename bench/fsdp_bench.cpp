@@ -79,12 +79,9 @@ int run(const FsdpArgs& a) {
   trainers.push_back(make_fsdp(a, pg, /*prefetch=*/false));
   auto x = torch::randn({a.batch, a.width}) + pg->rank();
   for (auto& t : trainers) t.step(*pg, x);  // Adam's state, the first all-gathers' order
-  std::vector<std::vector<double>> seconds(trainers.size());
-  for (int r = 0; r < a.rounds; ++r) {
-    for (std::size_t c = 0; c < trainers.size(); ++c) {
-      for (int s = 0; s < a.steps; ++s) seconds[c].push_back(trainers[c].step(*pg, x));
-    }
-  }
+  std::vector<std::function<double()>> steps;
+  for (auto& t : trainers) steps.push_back([&t, &pg, &x] { return t.step(*pg, x); });
+  const auto seconds = alternate(a, steps);
   if (pg->rank() == 0) {
     std::printf("# dpx-bench fsdp: %d Linear(%d, %d) units, batch %d a rank, Adam, backend %s, "
                 "%d ranks, %d threads each\n", a.units, a.width, a.width, a.batch,

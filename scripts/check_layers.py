@@ -84,7 +84,7 @@ INCLUDE_DIRS = [
     ("include/", ["include", "src"]),
     ("tools/", ["tools", "src", "include"]),
     ("bench/", [".", "include"]),
-    ("examples/", ["include"]),
+    ("examples/", [".", "include"]),
     ("tests/", ["tests", "src", "include"]),
 ]
 ROOTS = [root.rstrip("/") for root, _ in INCLUDE_DIRS]

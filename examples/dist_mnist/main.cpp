@@ -9,11 +9,11 @@
 
 #include <CLI/CLI.hpp>
 
-#include <cstdio>
 #include <iostream>
 
 #include "dpx/data/fashion_mnist.h"
 #include "dpx/dpx.h"
+#include "examples/common/run_main.h"
 
 // Define a Convolutional Module
 struct Model : torch::nn::Module {
@@ -204,22 +204,5 @@ int main(int argc, char* argv[]) {
                "dist_mnist");
   Flags flags;
   add_flags(app, flags);
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::CallForHelp& help) {
-    return app.exit(help);  // prints the help; exit code 0
-  } catch (const CLI::ParseError& e) {
-    std::fprintf(stderr, "dist_mnist: error: %s (see --help)\n", e.what());
-    return 2;
-  }
-  try {
-    return train(flags);
-  } catch (const std::exception& e) {
-    // A c10::Error's what() ends in LibTorch's C++ backtrace: the user needs only the message.
-    const auto* c10_error = dynamic_cast<const c10::Error*>(&e);
-    std::fprintf(stderr, "dist_mnist: error: %s\n",
-                 c10_error != nullptr ? c10_error->what_without_backtrace() : e.what());
-    dpx::record_error(e);
-    return 1;
-  }
+  return examples::run_main(app, argc, argv, [&] { return train(flags); });
 }

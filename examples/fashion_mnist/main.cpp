@@ -16,6 +16,7 @@
 
 #include "dpx/data/fashion_mnist.h"  // the data set, not part of dpx.h
 #include "dpx/dpx.h"
+#include "examples/common/run_main.h"  // parsing and one-line errors, shared with dist_mnist
 
 namespace {
 
@@ -338,22 +339,5 @@ int main(int argc, char** argv) {
                "fashion_mnist");
   Flags flags;
   add_flags(app, flags);
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::CallForHelp& help) {
-    return app.exit(help);  // prints the help; exit code 0
-  } catch (const CLI::ParseError& e) {
-    std::fprintf(stderr, "fashion_mnist: error: %s (see --help)\n", e.what());
-    return 2;
-  }
-  try {
-    return run(flags);
-  } catch (const std::exception& e) {
-    // A c10::Error's what() ends in LibTorch's C++ backtrace: the user needs only the message.
-    const auto* c10_error = dynamic_cast<const c10::Error*>(&e);
-    std::fprintf(stderr, "fashion_mnist: error: %s\n",
-                 c10_error != nullptr ? c10_error->what_without_backtrace() : e.what());
-    dpx::record_error(e);
-    return 1;
-  }
+  return examples::run_main(app, argc, argv, [&] { return run(flags); });
 }
