@@ -4,12 +4,13 @@
 
 #include <nlohmann/json.hpp>
 
-#include <cstdlib>
+#include <chrono>
 #include <fstream>
 #include <limits>
 
 #include "dpx/amp/grad_scaler.h"
 #include "support/harness.h"
+#include "support/python_oracle.h"
 #include "support/launcher_harness.h"
 
 namespace dpx {
@@ -40,15 +41,17 @@ TEST(GradScalerAgainstPython, SameScalesSkipsAndParameters) {
   }
   test::TempDir dir;
   std::ofstream(dir.path() + "/in.json") << spec.dump();
-  const int rc = std::system(("timeout 60 " DPX_PYTHON " " DPX_SOURCE_DIR
-                              "/tests/python/grad_scaler_reference.py " + dir.path() +
-                              "/in.json " + dir.path() + "/out.json > " + dir.path() +
-                              "/log 2>&1").c_str());
-  if (WIFEXITED(rc) && WEXITSTATUS(rc) == 3) {
+  test::PythonScript script;
+  script.script = "grad_scaler_reference.py";
+  script.args = {dir / "in.json", dir / "out.json"};
+  script.timeout = std::chrono::seconds(60);
+  script.log = dir / "log";
+  const auto run = test::run_python(script);
+  if (run.exit_code == 3) {
     GTEST_SKIP() << "SKIPPED: PyTorch " DPX_TORCH_VERSION " has no CPU GradScaler (it came with "
                     "2.3); GradScaler.* checks the algorithm's exact values on this build";
   }
-  ASSERT_EQ(rc, 0) << test::read_file(dir.path() + "/log");
+  ASSERT_TRUE(run.ok()) << test::read_file(dir / "log");
   std::ifstream in(dir.path() + "/out.json");
   const auto python = nlohmann::json::parse(in);
 

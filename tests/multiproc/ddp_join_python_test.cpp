@@ -13,6 +13,7 @@
 #include "multiproc/ddp_models.h"
 #include "multiproc/python_run.h"
 #include "support/harness.h"
+#include "support/python_oracle.h"
 
 namespace dpx::ddp_join_python_test {
 namespace {
@@ -45,9 +46,7 @@ nlohmann::json state_of(torch::nn::Module& m) {
 void expect_close(const nlohmann::json& got, const nlohmann::json& want, const std::string& what) {
   const auto g = torch::tensor(got.get<std::vector<double>>(), at::kDouble);
   const auto w = torch::tensor(want.get<std::vector<double>>(), at::kDouble);
-  ASSERT_EQ(g.numel(), w.numel()) << what;
-  EXPECT_TRUE(torch::allclose(g, w, 1.3e-6 * kSteps, 5e-5))
-      << what << ": max abs diff " << (g - w).abs().max().item<double>();
+  EXPECT_TRUE(test::close_to_pytorch(g, w, kRtol, kAtol)) << what;
 }
 
 // PyTorch 1.13 (the oracle of the LibTorch 1.13 build) still sends buffers with the parameters

@@ -3,12 +3,10 @@
 // the exchange format (raw little-endian arrays + meta.json) is described there.
 #include <torch/torch.h>
 
-#include <cstdlib>
 #include <fstream>
+#include <limits>
 
 #include <nlohmann/json.hpp>
-
-#include <limits>
 
 #include "multiproc/ddp_models.h"
 #include "multiproc/python_run.h"
@@ -16,6 +14,8 @@
 #include "dpx/algorithms/local_sgd.h"
 #include "dpx/algorithms/powersgd.h"
 #include "support/harness.h"
+#include "support/python_oracle.h"
+#include "support/temp_dir.h"
 
 namespace dpx::ddp_python_test {
 namespace {
@@ -35,11 +35,7 @@ void train(Ddp& ddp, torch::optim::Optimizer& opt,
 }
 
 void expect_same_params(const std::string& python_file, const std::string& dpx_file) {
-  auto python = read_floats(python_file);
-  auto ours = read_floats(dpx_file);
-  ASSERT_EQ(python.numel(), ours.numel());
-  EXPECT_TRUE(torch::allclose(ours, python, 1.3e-6 * kSteps, 5e-5))
-      << "max abs diff " << (ours - python).abs().max().item<double>();
+  EXPECT_TRUE(test::close_to_pytorch(read_floats(dpx_file), read_floats(python_file), kRtol, kAtol));
 }
 
 TEST(DdpAgainstPython, SameFinalParameters) {
@@ -65,10 +61,7 @@ TEST(DdpAgainstPython, SameFinalParameters) {
 // all-reduces in completion order, which differs between ranks).
 TEST(PowerSgdAgainstPython, SameFinalParameters) {
   DPX_SKIP_WITHOUT_PYTHON();
-  if (std::system(DPX_PYTHON " -c 'import numpy' >/dev/null 2>&1") != 0) {
-    GTEST_SKIP() << "SKIPPED: PyTorch's powerSGD_hook needs numpy, which " DPX_PYTHON
-                    " lacks; scripts/setup.sh installs it";
-  }
+  DPX_SKIP_UNLESS_PYTHON_HAS(DPX_PYTHON, "numpy");  // PyTorch's powerSGD_hook needs it
   PythonRun py(R"(, "powersgd": {"rank": 2, "start_iter": 2})");
   ASSERT_TRUE(py.ok()) << "python reference failed:\n" << py.log();
   test::StoreServer server;
@@ -134,8 +127,7 @@ std::vector<double> read_scales(const std::string& path) {
 // CUDA-only): on that build the test compares autocast alone.
 TEST(DdpAmpAgainstPython, AutocastAndGradScalerGiveSameScalesAndParameters) {
   DPX_SKIP_WITHOUT_PYTHON();
-  const bool scaler = std::system(DPX_PYTHON " -c 'import torch; torch.amp.GradScaler(\"cpu\")'"
-                                  " >/dev/null 2>&1") == 0;
+  const bool scaler = test::python_runs(DPX_PYTHON, "import torch; torch.amp.GradScaler(\"cpu\")");
   constexpr int kInfStep = 3;
   PythonRun py(std::string(R"(, "amp": {"init_scale": 1024, "growth_interval": 2, "scaler": )") +
                (scaler ? R"(true, "inf_steps": [3]})" : R"(false, "inf_steps": []})"));
@@ -201,12 +193,8 @@ torch::Tensor flat_params(EmbNet& m) {
 // reduces them with its sparse all-reduce: plain SGD, so the sparse rows are the only path.
 TEST(SparseDdpAgainstPython, SameFinalParameters) {
   DPX_SKIP_WITHOUT_PYTHON();
-  char dir_template[] = "/tmp/dpx-ddp-python-XXXXXX";
-  const std::string dir = ::mkdtemp(dir_template);
-  struct Cleanup {
-    std::string dir;
-    ~Cleanup() { std::system(("rm -rf " + dir).c_str()); }
-  } cleanup{dir};
+  test::TempDir scratch;
+  const std::string& dir = scratch.path();
   torch::manual_seed(4243);
   const auto ids = torch::randint(kVocab, {kSteps, kWorld * kPerRank, kTokens}, torch::kLong);
   const auto labels = torch::randint(kClasses, {kSteps, kWorld * kPerRank}, torch::kLong);

@@ -6,7 +6,7 @@
 // ranks as threads over each of its host backends; PyTorch runs one process per rank.
 #include <torch/torch.h>
 
-#include <cstdlib>
+#include <chrono>
 #include <map>
 #include <mutex>
 #include <set>
@@ -17,6 +17,7 @@
 #include "dpx/fsdp/fully_shard.h"
 #include "support/fsdp_models.h"
 #include "support/harness.h"
+#include "support/python_oracle.h"
 #include "support/temp_dir.h"
 
 namespace dpx::fsdp_python_test {
@@ -31,9 +32,7 @@ constexpr int64_t kPerRank = 3;
 std::string fsdp_python() {
   for (const std::string python : {std::string(DPX_PYTHON),
                                    std::string(DPX_SOURCE_DIR "/.venv/bin/python")}) {
-    const auto probe =
-        python + " -c 'from torch.distributed.fsdp import fully_shard' >/dev/null 2>&1";
-    if (std::system(probe.c_str()) == 0) return python;
+    if (test::python_runs(python, "from torch.distributed.fsdp import fully_shard")) return python;
   }
   return "";
 }
@@ -138,20 +137,20 @@ struct PyTorchResult {
 };
 
 // Writes init.pt and data.pt, runs PyTorch's ranks, returns rank 0's final state.
-PyTorchResult run_pytorch(const std::string& python, const Case& c,
-                                                 const test::TempDir& dir, const torch::Tensor& x,
-                                                 const torch::Tensor& y) {
+PyTorchResult run_pytorch(const std::string& python, const Case& c, const test::TempDir& dir,
+                          const torch::Tensor& x, const torch::Tensor& y) {
   save_state_dict(*make_model(c), dir / "init.pt");
   torch_save(c10::ivalue::Tuple::create({x, y}), dir / "data.pt");
-  const std::string cmd = "timeout 240 " + python + " " DPX_SOURCE_DIR
-                          "/tests/python/fsdp_reference.py " + dir.path() + " " +
-                          std::to_string(c.world) + " " + c.optimizer + " " +
-                          (!c.model.empty() ? c.model : c.tied ? "1" : "0") + " " + dtype_name(c.dtype) + " " +
-                          dtype_name(c.policy.param_dtype) + " " +
-                          dtype_name(c.policy.reduce_dtype) + " " +
-                          dtype_name(c.policy.output_dtype) + " > " + (dir / "python.log") +
-                          " 2>&1";
-  if (std::system(cmd.c_str()) != 0) {
+  test::PythonScript s;
+  s.script = "fsdp_reference.py";
+  s.python = python;
+  s.args = {dir.path(), std::to_string(c.world), c.optimizer,
+            !c.model.empty() ? c.model : c.tied ? "1" : "0", dtype_name(c.dtype),
+            dtype_name(c.policy.param_dtype), dtype_name(c.policy.reduce_dtype),
+            dtype_name(c.policy.output_dtype)};
+  s.timeout = std::chrono::seconds(240);
+  s.log = dir / "python.log";
+  if (!test::run_python(s).ok()) {
     ADD_FAILURE() << "PyTorch's fully_shard run failed:\n" << test::read_file(dir / "python.log");
     return {};
   }
@@ -177,11 +176,9 @@ void expect_same_optimizer_state(const c10::IValue& ours, const c10::IValue& the
       const auto& key = e.key().toStringRef();
       ASSERT_TRUE(mine.contains(key)) << name << " has no " << key;
       const auto a = mine.at(key).toTensor(), b = e.value().toTensor();
-      ASSERT_EQ(a.sizes(), b.sizes()) << name << "." << key;
       EXPECT_EQ(a.scalar_type(), b.scalar_type()) << name << "." << key;  // step: the default
-      EXPECT_TRUE(torch::allclose(a.to(torch::kDouble), b.to(torch::kDouble), tol, tol))
-          << name << "." << key << " differs from PyTorch's by "
-          << (a.to(torch::kDouble) - b.to(torch::kDouble)).abs().max().item<double>();
+      EXPECT_TRUE(test::close_to_pytorch(a.to(torch::kDouble), b.to(torch::kDouble), tol, tol))
+          << name << "." << key;
     }
   }
   const auto our_groups = ours.toGenericDict().at("param_groups").toListRef();
@@ -246,11 +243,7 @@ void expect_matches_pytorch(const Case& c) {
       ASSERT_EQ(got.size(), want.model.size());
       for (const auto& [name, tensor] : got) {
         ASSERT_TRUE(want.model.count(name)) << name << " is not in PyTorch's state dict";
-        const auto& theirs = want.model.at(name);
-        ASSERT_EQ(tensor.sizes(), theirs.sizes()) << name;
-        EXPECT_TRUE(torch::allclose(tensor, theirs, 0, c.atol))
-            << name << " differs from PyTorch's by "
-            << (tensor - theirs).abs().max().item<double>();
+        EXPECT_TRUE(test::close_to_pytorch(tensor, want.model.at(name), 0, c.atol)) << name;
       }
     });
     for (int r = 0; r < c.world; ++r) EXPECT_EQ(errors[r], "") << "rank " << r;

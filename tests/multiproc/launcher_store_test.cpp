@@ -12,6 +12,7 @@
 #include "support/expect_throws.h"
 #include "support/harness.h"
 #include "support/launcher_harness.h"
+#include "support/python_oracle.h"
 #include "support/raw_socket.h"
 
 namespace dpx::test {
@@ -127,9 +128,7 @@ TEST(LauncherStore, TheStaticStoreDemandsTheJobToken) {
 // torch.distributed's own init_process_group(env://) under dpxrun's static rendezvous, as under
 // torchrun: it joins the launcher's store with c10d's TCPStore client.
 TEST(LauncherStore, PyTorchWorkersUseTheStaticStoreAsTheyDoTorchruns) {
-  if (std::system(DPX_PYTHON " -c 'import torch.distributed' >/dev/null 2>&1") != 0) {
-    GTEST_SKIP() << "SKIPPED: " DPX_PYTHON " cannot import torch.distributed";
-  }
+  DPX_SKIP_UNLESS_PYTHON_HAS(DPX_PYTHON, "torch.distributed");
   TempDir dir;
   auto r = run_launcher({dpxrun_path(), "--nproc-per-node", "2", "--master-port",
                          std::to_string(free_tcp_port()), DPX_PYTHON,

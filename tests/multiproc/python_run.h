@@ -1,22 +1,28 @@
 // Runs PyTorch's Python DDP (tests/python/ddp_reference.py) on the model and data a test
 // wrote, for the tests that compare dpx with it; the exchange format (raw little-endian arrays
-// + meta.json) is described in ddp_reference.py.
+// + meta.json) is described in ddp_reference.py. Running it and comparing with it go through
+// support/python_oracle.h, as every test with a Python oracle does.
 #pragma once
 
 #include <torch/torch.h>
 
-#include <cstdlib>
+#include <cstdio>
 #include <fstream>
 #include <string>
 #include <vector>
 
 #include "multiproc/ddp_models.h"
 #include "support/harness.h"
+#include "support/python_oracle.h"
+#include "support/temp_dir.h"
 
 namespace dpx::test::python {
 
 constexpr int kWorld = 2, kPerRank = 8, kSteps = 6;
 constexpr double kLr = 0.05, kMomentum = 0.9;
+// dpx's float32 results and PyTorch's after kSteps steps (the sums in another order) agree to
+// this, as test::close_to_pytorch's rtol and atol.
+constexpr double kRtol = 1.3e-6 * kSteps, kAtol = 5e-5;
 
 inline void write_raw(const std::string& path, const torch::Tensor& t) {
   auto c = t.contiguous();
@@ -67,50 +73,39 @@ inline void write_inputs(const std::string& dir, test::Cnn& init,
   write_raw(dir + "/y.bin", torch::stack(ys));
 }
 
-inline bool python_missing() {
-  return std::system(DPX_PYTHON " -c 'import torch.distributed' >/dev/null 2>&1") != 0;
-}
-#define DPX_SKIP_WITHOUT_PYTHON()                                                          \
-  if (python_missing())                                                                    \
-  GTEST_SKIP() << "SKIPPED: " DPX_PYTHON " (the oracle of LibTorch " DPX_TORCH_VERSION    \
-                  ") cannot import torch; scripts/setup.sh installs it"
+#define DPX_SKIP_WITHOUT_PYTHON() DPX_SKIP_UNLESS_PYTHON_HAS(DPX_PYTHON, "torch.distributed")
 
 // Runs ddp_reference.py on the inputs in `dir`; its output goes to dir/python.log.
 // PyTorch's own gloo process group has been seen to abort its Python process on a loaded machine
 // ("terminate called without an active exception"), a fault of the oracle and not of dpx, so a
 // failed run gets one more try from a fresh store file; the log keeps both attempts.
 inline bool run_reference(const std::string& dir) {
-  for (int attempt = 1; attempt <= 2; ++attempt) {
-    const std::string cmd = "rm -f " + dir + "/store; echo '--- attempt " +
-                            std::to_string(attempt) + "' >> " + dir +
-                            "/python.log; timeout 120 " DPX_PYTHON " " DPX_SOURCE_DIR
-                            "/tests/python/ddp_reference.py " + dir + " >> " + dir +
-                            "/python.log 2>&1";
-    if (std::system(cmd.c_str()) == 0) return true;
-  }
-  return false;
+  test::PythonScript s;
+  s.script = "ddp_reference.py";
+  s.args = {dir};
+  s.log = dir + "/python.log";
+  s.attempts = 2;
+  s.before_attempt = [dir] { std::remove((dir + "/store").c_str()); };
+  return test::run_python(s).ok();
 }
 
 // A scratch folder with the inputs written and Python's run done; removed with what is in it.
 class PythonRun {
  public:
   explicit PythonRun(const std::string& extra_meta = "", int world = kWorld) {
-    char dir_template[] = "/tmp/dpx-ddp-python-XXXXXX";
-    dir_ = ::mkdtemp(dir_template);
     data_ = test::make_batches(kSteps, world, kPerRank, {1, 8, 8});
     torch::manual_seed(21);
-    write_inputs(dir_, init_, data_, extra_meta, world);
-    ok_ = run_reference(dir_);
+    write_inputs(dir(), init_, data_, extra_meta, world);
+    ok_ = run_reference(dir());
   }
-  ~PythonRun() { std::system(("rm -rf " + dir_).c_str()); }
   bool ok() const { return ok_; }
-  std::string log() const { return test::read_file(dir_ + "/python.log"); }
-  const std::string& dir() const { return dir_; }
+  std::string log() const { return test::read_file(dir_ / "python.log"); }
+  const std::string& dir() const { return dir_.path(); }
   test::Cnn& init() { return init_; }
   const std::vector<test::Batch>& data() const { return data_; }
 
  private:
-  std::string dir_;
+  test::TempDir dir_;
   std::vector<test::Batch> data_;
   test::Cnn init_;
   bool ok_ = false;

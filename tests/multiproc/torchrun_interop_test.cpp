@@ -7,19 +7,14 @@
 #include <set>
 
 #include "support/launcher_harness.h"
+#include "support/python_oracle.h"
 
 namespace dpx::test {
 namespace {
 
 using std::chrono::seconds;
 
-std::string why_no_torchrun() {
-  if (std::system(DPX_PYTHON " -c 'import torch.distributed.run' >/dev/null 2>&1") != 0) {
-    return "SKIPPED: " DPX_PYTHON " (the oracle of LibTorch " DPX_TORCH_VERSION
-           ") cannot import torch.distributed.run; scripts/setup.sh installs it";
-  }
-  return "";
-}
+std::string why_no_torchrun() { return why_python_lacks(DPX_PYTHON, "torch.distributed.run"); }
 
 // Underscored flags, which torchrun 1.13 and 2.x both accept; torchrun 1.13 on Python 3.11 also
 // needs its workers' output redirected.

@@ -10,15 +10,15 @@
 
 namespace dpx::test {
 
-const std::string kStateDictOracle = DPX_SOURCE_DIR "/tests/python/state_dict_oracle.py";
 const std::string kVenvPython = DPX_SOURCE_DIR "/.venv/bin/python";
 
 bool run_oracle(const std::string& python, const std::string& args) {
-  return std::system(("timeout 120 " + python + " " + kStateDictOracle + " " + args).c_str()) == 0;
-}
-
-bool python_has(const std::string& python, const std::string& module) {
-  return std::system((python + " -c 'import " + module + "' >/dev/null 2>&1").c_str()) == 0;
+  PythonScript s;
+  s.script = "state_dict_oracle.py";
+  s.python = python;
+  std::istringstream words(args);
+  for (std::string w; std::getline(words, w, ' ');) s.args.push_back(w);
+  return run_python(s).ok();
 }
 
 torch::nn::Sequential make_model() {

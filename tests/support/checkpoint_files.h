@@ -11,19 +11,19 @@
 #include <torch/nn/modules/container/sequential.h>
 
 #include "dpx/checkpoint/checkpoint_file.h"
+#include "support/python_oracle.h"
 #include "support/temp_dir.h"
 
 namespace dpx::test {
 
-extern const std::string kStateDictOracle;
 // safetensors' oracle is the .venv Python whatever the build: the format does not depend on torch.
 extern const std::string kVenvPython;
 
-// Runs `python state_dict_oracle.py <args>` (at most 120 s); true when it exits 0.
+// Runs `python state_dict_oracle.py <args>` (args: words separated by single spaces; at most
+// 120 s, through test::run_python); true when it exits 0.
 bool run_oracle(const std::string& python, const std::string& args);
 // The same with this build's Python (DPX_PYTHON).
 inline bool oracle(const std::string& args) { return run_oracle(DPX_PYTHON, args); }
-bool python_has(const std::string& python, const std::string& module);
 
 // The checkpoint tests' model (Linear, BatchNorm1d, Linear), the oracle's model(), and its
 // state_dict keys in Python's order.
@@ -35,10 +35,7 @@ void write_zip_with_pickle(const std::string& path, const std::string& pickle);
 
 }  // namespace dpx::test
 
-#define SKIP_WITHOUT(python, module)                  \
-  if (!dpx::test::python_has((python), (module)))     \
-  GTEST_SKIP() << "SKIPPED: " << (python) << " cannot import " << (module) \
-               << ", the oracle of this test"
+#define SKIP_WITHOUT(python, module) DPX_SKIP_UNLESS_PYTHON_HAS(python, module)
 
 #define EXPECT_CHECKPOINT_ERROR(stmt, text)                                     \
   try {                                                                         \

@@ -262,7 +262,7 @@ TEST(PythonFormatTest, CheckpointerTorchSaveFormatRoundTripsAndPythonLoadsIt) {
   dpx::Checkpointer checkpointer(options, nullptr);
   const auto path = checkpointer.save(*model, adam, {1, 3, 24});
   EXPECT_EQ(path.substr(path.size() - 3), ".pt");
-  if (std::system(DPX_PYTHON " -c 'import torch' >/dev/null 2>&1") == 0) {
+  if (dpx::test::python_runs(DPX_PYTHON, "import torch")) {
     EXPECT_TRUE(oracle("check_ckpt " + path));
   }
   torch::manual_seed(1);
