@@ -68,7 +68,8 @@ StallInspector::StallInspector(std::shared_ptr<Store> store, int rank, int size,
       timeout_(timeout),
       tick_(std::clamp(threshold / 4, kMinTick, kMaxTick)),
       is_completed_(is_completed),
-      device_(device) {
+      device_(device),
+      ring_(kRing) {
   thread_ = std::thread([this] { run(); });
 }
 
@@ -94,9 +95,21 @@ void StallInspector::issued(std::uint64_t seq, const char* op, const at::Tensor&
   p.issued = Clock::now();
   p.work = std::move(work);
   std::lock_guard<std::mutex> lock(mutex_);
-  last_ = p;
-  last_.work.reset();
-  pending_.push_back(std::move(p));
+  ring_[seq % kRing] = std::move(p);
+  last_seq_ = std::max(last_seq_, seq);
+}
+
+std::optional<StallInspector::Pending> StallInspector::oldest_running() {
+  if (last_seq_ >= kRing) oldest_seq_ = std::max(oldest_seq_, last_seq_ - kRing + 1);
+  for (; oldest_seq_ <= last_seq_; ++oldest_seq_) {
+    Pending& p = ring_[oldest_seq_ % kRing];
+    if (p.seq < oldest_seq_) return std::nullopt;  // numbered, not noted yet: look next tick
+    if (p.seq > oldest_seq_) continue;               // its slot was taken again (kRing later)
+    auto w = p.work.lock();
+    if (w && !is_completed_(w.get())) return p;
+    p.work.reset();
+  }
+  return std::nullopt;
 }
 
 std::string StallInspector::describe(const Pending& p) {
@@ -115,15 +128,9 @@ void StallInspector::run() {
   }
   std::unique_lock<std::mutex> lock(mutex_);
   while (!cv_.wait_for(lock, tick_, [&] { return stop_; })) {
-    pending_.erase(std::remove_if(pending_.begin(), pending_.end(),
-                                  [this](const Pending& p) {
-                                    auto w = p.work.lock();
-                                    return !w || is_completed_(w.get());
-                                  }),
-                   pending_.end());
-    const Pending last = last_;
-    std::optional<Pending> oldest;
-    if (!pending_.empty()) oldest = pending_.front();
+    const std::optional<Pending> oldest = oldest_running();
+    Pending last = last_seq_ > 0 ? ring_[last_seq_ % kRing] : Pending{};
+    last.work.reset();
     lock.unlock();
     try {
       if (last.seq != published_seq_) {

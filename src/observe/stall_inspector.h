@@ -6,11 +6,15 @@
 //  1. Each public collective call gets the group's next sequence number (1, 2, ...: the same
 //     collective has the same number on every rank, as ranks must issue them in one order) and
 //     is noted here with its op, size, dtype, the caller's label (DDP: the bucket and its
-//     parameters' names) and a weak pointer to its Work: one uncontended lock per call.
-//  2. A thread of the inspector wakes every threshold / 4 (at most 2 s): it drops completed
-//     collectives and, when this rank has issued a new one since, publishes "seq op numel
-//     dtype" under "dpx_stall/<rank>" in the group's store. Training threads never touch the
-//     store.
+//     parameters' names) and a weak pointer to its Work: one uncontended lock per call, no
+//     allocation. The notes are a ring of the last kRing collectives: a Work is let go when its
+//     slot is taken again, so a rank issuing millions of small collectives between two ticks
+//     holds kRing of them, not millions (the Works' memory stays with their weak pointers).
+//  2. A thread of the inspector wakes every threshold / 4 (at most 2 s): it finds the oldest
+//     collective still running (from the last one it found, forward) and, when this rank has
+//     issued a new one since, publishes "seq op numel dtype" under "dpx_stall/<rank>" in the
+//     group's store. Training threads never touch the store. With more than kRing collectives
+//     running at once, the oldest it can see is the kRing-th newest.
 //  3. When the oldest collective still running is older than the threshold, it reads the
 //     other ranks' keys and logs on stderr, in one line, which ranks have not issued that
 //     collective yet (and where they are), then again every threshold while it stays stuck.
@@ -25,12 +29,12 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
-#include <deque>
 #include <memory>
 #include <mutex>
 #include <optional>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "dpx/store/store.h"
 
@@ -67,6 +71,8 @@ class StallInspector {
   };
 
   void run();
+  // The oldest collective still running; under mutex_.
+  std::optional<Pending> oldest_running();
   static std::string describe(const Pending& p);
   void report(const Pending& stuck, Clock::time_point now);
 
@@ -83,8 +89,10 @@ class StallInspector {
   std::mutex mutex_;
   std::condition_variable cv_;
   bool stop_ = false;
-  std::deque<Pending> pending_;
-  Pending last_;  // the latest collective issued (seq 0: none yet)
+  static constexpr std::uint64_t kRing = 1024;
+  std::vector<Pending> ring_;   // collective seq at ring_[seq % kRing] (Note [Stall inspector])
+  std::uint64_t last_seq_ = 0;  // the latest collective issued (0: none yet)
+  std::uint64_t oldest_seq_ = 1;  // no collective before it is still running
 
   // Inspector thread only.
   std::uint64_t published_seq_ = 0;

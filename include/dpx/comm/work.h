@@ -37,6 +37,10 @@ class Work {
   virtual std::chrono::steady_clock::time_point finished_at() { return {}; }
 
  protected:
+  // The TimeoutError of a wait that ran out of `timeout`; `where` names the rank.
+  [[noreturn]] static void throw_timeout(const std::string& where,
+                                         std::chrono::milliseconds timeout);
+
   std::chrono::milliseconds default_timeout_;
 };
 

@@ -4,12 +4,12 @@ namespace dpx::detail::shm {
 Channel::Channel(Segment& segment, Waiter& waiter, int rank, std::string where)
     : segment_(segment), waiter_(waiter), rank_(rank), where_(std::move(where)) {}
 
-void Channel::begin(const CollectiveDescriptor& desc, Clock::time_point deadline) {
+void Channel::begin(const CollectiveDescriptor& desc, Clock::duration timeout) {
   desc_ = desc;
   desc_.seq = seq_++;
   segment_.control(rank_).desc[desc_.seq % 2] = desc_;
   checked_ = false;
-  deadline_ = deadline;
+  deadline_ = Deadline(timeout);
 }
 
 void Channel::sync() {

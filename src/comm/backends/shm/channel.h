@@ -31,8 +31,9 @@ class Channel {
  public:
   Channel(Segment& segment, Waiter& waiter, int rank, std::string where);
 
-  // Starts a collective: publishes its descriptor, sets the deadline.
-  void begin(const CollectiveDescriptor& desc, Clock::time_point deadline);
+  // Starts a collective: publishes its descriptor; its waits end `timeout` after they first
+  // had to (Deadline).
+  void begin(const CollectiveDescriptor& desc, Clock::duration timeout);
   // Posts the next step and waits for every peer to post it (checks descriptors the first time).
   void sync();
   // Ends the round: the next one writes the other buffer.
@@ -56,7 +57,7 @@ class Channel {
   std::uint32_t seq_ = 0;  // collectives begun on this group
   CollectiveDescriptor desc_;
   bool checked_ = true;
-  Clock::time_point deadline_;
+  Deadline deadline_;
 };
 
 }  // namespace dpx::detail::shm

@@ -51,26 +51,49 @@ void ShmWork::wait(std::chrono::milliseconds timeout) {
   if (!finished() && timeout >= default_timeout_) {
     if (auto group = group_.lock()) group->help(*this);
   }
-  const auto end = shm::Clock::now() + std::min<shm::Clock::duration>(spin_, timeout);
-  while (!finished_.load(std::memory_order_acquire) && shm::Clock::now() < end) {
-    ::sched_yield();  // the group's thread may need this core to finish the work
+  if (!finished() && spin_.count() > 0) {
+    const auto end = shm::Clock::now() + std::min<shm::Clock::duration>(spin_, timeout);
+    while (!finished() && shm::Clock::now() < end) {
+      ::sched_yield();  // the group's thread may need this core to finish the work
+    }
   }
-  try {
-    CompletionWork::wait(timeout);
-  } catch (const TimeoutError& e) {
+  if (!finished() && !sleep_until_finished(timeout)) {
     // A caller that gives up at the group timeout tells the group at once, as the thread running
     // the collective would at its own deadline a moment later: a peer that arrives in between
     // must fail, not complete the collective with a rank that has left it.
-    if (timeout >= default_timeout_) {
-      if (auto group = group_.lock()) group->abort_timed_out(e.what());
+    try {
+      throw_timeout(*where_, timeout);
+    } catch (const TimeoutError& e) {
+      if (timeout >= default_timeout_) {
+        if (auto group = group_.lock()) group->abort_timed_out(e.what());
+      }
+      throw;
     }
-    throw;
   }
+  if (error_) std::rethrow_exception(error_);
+}
+
+bool ShmWork::sleep_until_finished(std::chrono::milliseconds timeout) {
+  // Pairs with finish(): it stores finished_ and then reads sleepers_, we count ourselves and
+  // then read finished_ (all sequentially consistent), so one of us sees the other.
+  sleepers_.fetch_add(1, std::memory_order_seq_cst);
+  bool done = false;
+  {
+    std::unique_lock<std::mutex> lock(mutex_);
+    done = done_.wait_for(lock, timeout, [&] { return finished_.load(std::memory_order_seq_cst); });
+  }
+  sleepers_.fetch_sub(1, std::memory_order_seq_cst);
+  return done;
 }
 
 void ShmWork::finish(std::exception_ptr error) {
-  complete(error);
-  finished_.store(true, std::memory_order_release);
+  error_ = std::move(error);
+  if (timed_) finished_at_ = std::chrono::steady_clock::now();
+  finished_.store(true, std::memory_order_seq_cst);
+  if (sleepers_.load(std::memory_order_seq_cst) > 0) {
+    std::lock_guard<std::mutex> lock(mutex_);  // a sleeper is past its check or will see us
+    done_.notify_all();
+  }
 }
 
 ShmGroup::ShmGroup(const BackendArgs& args)
@@ -91,6 +114,7 @@ ShmGroup::ShmGroup(const BackendArgs& args)
   segment_ = shm::Segment::open(*args.store, rank(), size(), segment, where());
   const shm::WaitOptions wait = wait_options(env, size());
   spin_ = wait.spin;
+  where_shared_ = std::make_shared<const std::string>(where());
   waiter_ = std::make_unique<shm::Waiter>(*segment_, rank(), wait, where());
   channel_ = std::make_unique<shm::Channel>(*segment_, *waiter_, rank(), where());
   thread_ = std::thread([this] { run(); });
@@ -105,17 +129,16 @@ ShmGroup::~ShmGroup() {
   thread_.join();
 }
 
-std::shared_ptr<Work> ShmGroup::enqueue(const CollectiveDescriptor& desc,
-                                        std::function<void(shm::Channel&)> body) {
-  Task task;
-  task.desc = desc;
-  task.body = std::move(body);
-  task.enqueued = shm::Clock::now();
-  task.work = std::make_shared<ShmWork>(weak_from_this(), options().timeout, where(), spin_);
+std::shared_ptr<Work> ShmGroup::enqueue(Task task) {
+  const bool timed = task.a.defined() && task.a.numel() * task.a.element_size() > kTimedBytes;
+  task.work = std::make_shared<ShmWork>(weak_from_this(), options().timeout, where_shared_,
+                                        spin_, timed);
   auto work = task.work;
   bool notify = true;
   {
     std::lock_guard<std::mutex> lock(mutex_);
+    task.polls = polls_;
+    issued_since_poll_ = true;
     queue_.push_back(std::move(task));
     notify = !callers_help_;
   }
@@ -134,9 +157,13 @@ void ShmGroup::run() {
       int idle_polls = 0;
       while (!ready()) {
         if (callers_help_) {
-          cv_.wait_for(lock, kHelpPoll);
-          // An idle group stops polling; the next collective issued wakes this thread again.
-          if (queue_.empty() && ++idle_polls >= kIdlePolls) callers_help_ = false;
+          if (cv_.wait_for(lock, kHelpPoll) == std::cv_status::timeout) {
+            ++polls_;
+            // An idle group stops polling; the next collective issued wakes this thread again.
+            idle_polls = issued_since_poll_ ? 0 : idle_polls + 1;
+            issued_since_poll_ = false;
+            if (idle_polls >= kIdlePolls) callers_help_ = false;
+          }
         } else {
           cv_.wait(lock);
         }
@@ -145,9 +172,9 @@ void ShmGroup::run() {
       executing_ = true;
       task = std::move(queue_.front());
       queue_.pop_front();
-      // A collective that sat in the queue until a poll found it had no caller waiting for it:
+      // A collective issued before the poll that found it had no caller waiting for it:
       // collectives are being run asynchronously, so wake this thread for each from now on.
-      if (shm::Clock::now() - task.enqueued > kHelpPoll / 2) callers_help_ = false;
+      if (task.polls != polls_) callers_help_ = false;
     }
     execute(task);
     release();
@@ -156,9 +183,11 @@ void ShmGroup::run() {
 
 bool ShmGroup::claim(Task& task) {
   std::lock_guard<std::mutex> lock(mutex_);
+  // A caller waits: the next collectives need no wake-up of the group's thread, even when
+  // that thread runs this one (it got there first).
+  callers_help_ = true;
   if (executing_ || queue_.empty()) return false;
   executing_ = true;
-  callers_help_ = true;
   task = std::move(queue_.front());
   queue_.pop_front();
   return true;
@@ -197,9 +226,11 @@ void ShmGroup::execute(Task& task) {
     return;
   }
   try {
-    channel_->begin(task.desc, shm::Clock::now() + options().timeout);
-    task.body(*channel_);
-    task.body = nullptr;  // drop the tensors before waking the caller
+    channel_->begin(task.desc, options().timeout);
+    run_body(task);
+    task.a = at::Tensor();  // drop the tensors before waking the caller
+    task.b = at::Tensor();
+    task.shared.reset();
     task.work->finish();
   } catch (const MismatchError&) {
     task.work->finish(std::current_exception());  // every rank raised it; still in step
@@ -254,49 +285,68 @@ std::shared_ptr<shm::Segment> ShmGroup::find_shared(const at::Tensor& tensor,
   return nullptr;
 }
 
-std::shared_ptr<Work> ShmGroup::do_allreduce(at::Tensor& tensor, const AllreduceOptions& opts) {
-  at::Tensor t = tensor;
-  auto desc = describe_call(CollectiveKind::kAllreduce, t, static_cast<int>(opts.op));
-  std::size_t offset = 0;
-  const bool large = t.numel() * t.element_size() > algorithm_options_.small_bytes;
-  if (auto segment = large ? find_shared(t, offset) : nullptr) {
-    desc.shared = 1;
-    desc.root = static_cast<std::int32_t>(offset / 64);
-    return enqueue(desc, [t, op = opts.op, segment, offset](shm::Channel& ch) mutable {
-      shm::allreduce_shared(ch, *segment, offset, t, op);
-    });
+void ShmGroup::run_body(Task& task) {
+  shm::Channel& ch = *channel_;
+  switch (task.desc.kind) {
+    case CollectiveKind::kAllreduce:
+      if (task.shared) {
+        shm::allreduce_shared(ch, *task.shared, task.offset, task.a, task.op);
+      } else {
+        shm::allreduce(ch, task.a, task.op, algorithm_options_);
+      }
+      return;
+    case CollectiveKind::kBroadcast: return shm::broadcast(ch, task.a, task.root);
+    case CollectiveKind::kAllgather: return shm::allgather(ch, task.a, task.b);
+    case CollectiveKind::kReduceScatter: return shm::reduce_scatter(ch, task.a, task.b, task.op);
+    case CollectiveKind::kBarrier: return shm::barrier(ch);
   }
-  auto small = algorithm_options_;
-  return enqueue(desc,
-                 [t, op = opts.op, small](shm::Channel& ch) mutable {
-                   shm::allreduce(ch, t, op, small);
-                 });
+  TORCH_INTERNAL_ASSERT(false, "shm: a task of unknown kind ", static_cast<int>(task.desc.kind));
+}
+
+std::shared_ptr<Work> ShmGroup::do_allreduce(at::Tensor& tensor, const AllreduceOptions& opts) {
+  Task task;
+  task.desc = describe_call(CollectiveKind::kAllreduce, tensor, static_cast<int>(opts.op));
+  task.a = tensor;
+  task.op = opts.op;
+  const bool large = tensor.numel() * tensor.element_size() > algorithm_options_.small_bytes;
+  if (large) task.shared = find_shared(tensor, task.offset);
+  if (task.shared) {
+    task.desc.shared = 1;
+    task.desc.root = static_cast<std::int32_t>(task.offset / 64);
+  }
+  return enqueue(std::move(task));
 }
 
 std::shared_ptr<Work> ShmGroup::do_broadcast(at::Tensor& tensor, const BroadcastOptions& opts) {
-  at::Tensor t = tensor;
-  return enqueue(describe_call(CollectiveKind::kBroadcast, t, 0, opts.root),
-                 [t, root = opts.root](shm::Channel& ch) mutable { shm::broadcast(ch, t, root); });
+  Task task;
+  task.desc = describe_call(CollectiveKind::kBroadcast, tensor, 0, opts.root);
+  task.a = tensor;
+  task.root = opts.root;
+  return enqueue(std::move(task));
 }
 
 std::shared_ptr<Work> ShmGroup::do_allgather(at::Tensor& output, const at::Tensor& input) {
-  return enqueue(describe_call(CollectiveKind::kAllgather, input),
-                 [out = output, in = input](shm::Channel& ch) mutable {
-                   shm::allgather(ch, out, in);
-                 });
+  Task task;
+  task.desc = describe_call(CollectiveKind::kAllgather, input);
+  task.a = output;
+  task.b = input;
+  return enqueue(std::move(task));
 }
 
 std::shared_ptr<Work> ShmGroup::do_reduce_scatter(at::Tensor& output, const at::Tensor& input,
                                                   const ReduceScatterOptions& opts) {
-  return enqueue(describe_call(CollectiveKind::kReduceScatter, input, static_cast<int>(opts.op)),
-                 [out = output, in = input, op = opts.op](shm::Channel& ch) mutable {
-                   shm::reduce_scatter(ch, out, in, op);
-                 });
+  Task task;
+  task.desc = describe_call(CollectiveKind::kReduceScatter, input, static_cast<int>(opts.op));
+  task.a = output;
+  task.b = input;
+  task.op = opts.op;
+  return enqueue(std::move(task));
 }
 
 std::shared_ptr<Work> ShmGroup::do_barrier() {
-  return enqueue(describe_call(CollectiveKind::kBarrier, at::Tensor()),
-                 [](shm::Channel& ch) { shm::barrier(ch); });
+  Task task;
+  task.desc = describe_call(CollectiveKind::kBarrier, at::Tensor());
+  return enqueue(std::move(task));
 }
 
 std::shared_ptr<ProcessGroup> make_shm_group(const BackendArgs& args) {

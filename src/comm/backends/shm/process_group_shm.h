@@ -8,7 +8,6 @@
 #include <condition_variable>
 #include <deque>
 #include <exception>
-#include <functional>
 #include <memory>
 #include <mutex>
 #include <thread>
@@ -35,20 +34,48 @@ class ShmGroup;
 // not wake the group's thread (that wake-up would take the core a peer needs); the thread then
 // polls the queue every millisecond instead; a collective that waited for such a poll (nobody
 // was waiting for it) ends the mode.
-class ShmWork : public CompletionWork {
+//
+// Note [Call cost]
+// A small collective costs little more than its data's trip between cores (dpx-bench pingpong),
+// so what surrounds it is kept off the clock and the allocator: a ShmWork is one allocation and
+// holds no copy of the rank's name (the group's, shared); a task holds its tensors and options
+// by value, with no std::function; a wait that finds its collective done takes no lock; no clock
+// is read on the way unless something has to wait (the channel's Deadline, the spin's end, the
+// group's polls counted rather than timed). A collective's finish time (finished_at, for the
+// timeline) is read only for collectives over kTimedBytes, whose cost dwarfs the read; smaller
+// ones say "not known", and the timeline takes the time their wait returned.
+constexpr std::size_t kTimedBytes = 64 << 10;
+
+class ShmWork : public Work {
  public:
-  ShmWork(std::weak_ptr<ShmGroup> group, std::chrono::milliseconds timeout, std::string where,
-          std::chrono::microseconds spin)
-      : CompletionWork(timeout, std::move(where)), group_(std::move(group)), spin_(spin) {}
+  ShmWork(std::weak_ptr<ShmGroup> group, std::chrono::milliseconds timeout,
+          std::shared_ptr<const std::string> where, std::chrono::microseconds spin, bool timed)
+      : Work(timeout), group_(std::move(group)), where_(std::move(where)), spin_(spin),
+        timed_(timed) {}
   void wait(std::chrono::milliseconds timeout) override;
   using Work::wait;
+  bool is_completed() override { return finished(); }
+  std::exception_ptr exception() override { return finished() ? error_ : nullptr; }
+  std::chrono::steady_clock::time_point finished_at() override {
+    return finished() ? finished_at_ : std::chrono::steady_clock::time_point{};
+  }
   void finish(std::exception_ptr error = nullptr);
   bool finished() const { return finished_.load(std::memory_order_acquire); }
 
  private:
+  // Blocks until finished or `timeout`; false at the timeout.
+  bool sleep_until_finished(std::chrono::milliseconds timeout);
+
   std::weak_ptr<ShmGroup> group_;
+  std::shared_ptr<const std::string> where_;
   std::chrono::microseconds spin_;
+  bool timed_;
+  std::exception_ptr error_;  // written before finished_ turns true, read after
+  std::chrono::steady_clock::time_point finished_at_;
   std::atomic<bool> finished_{false};
+  std::atomic<int> sleepers_{0};  // waiters blocked on done_; finish() notifies only then
+  std::mutex mutex_;
+  std::condition_variable done_;
 };
 
 class ShmGroup : public ProcessGroup,
@@ -84,15 +111,20 @@ class ShmGroup : public ProcessGroup,
   std::shared_ptr<Work> do_barrier() override;
 
  private:
+  // A collective as issued: what execute() runs, by value (Note [Call cost]).
   struct Task {
     CollectiveDescriptor desc;
-    std::function<void(shm::Channel&)> body;
+    at::Tensor a, b;  // allreduce/broadcast: a; allgather/reduce_scatter: a output, b input
+    ReduceOp op = ReduceOp::kSum;
+    int root = 0;
+    std::shared_ptr<shm::Segment> shared;  // a shared all-reduce's segment, at `offset`
+    std::size_t offset = 0;
     std::shared_ptr<ShmWork> work;
-    shm::Clock::time_point enqueued;
+    std::uint64_t polls = 0;  // the group thread's polls when it was issued
   };
 
-  std::shared_ptr<Work> enqueue(const CollectiveDescriptor& desc,
-                                std::function<void(shm::Channel&)> body);
+  std::shared_ptr<Work> enqueue(Task task);
+  void run_body(Task& task);
   void run();
   bool claim(Task& task);  // a waiting caller takes the next collective unless one is running
   void release();          // after running a claimed one
@@ -114,10 +146,13 @@ class ShmGroup : public ProcessGroup,
   std::mutex mutex_;
   std::condition_variable cv_;
   std::deque<Task> queue_;
+  std::uint64_t polls_ = 0;  // wake-ups of the group thread by its poll, not by a notify
+  bool issued_since_poll_ = false;
   bool executing_ = false;  // a thread runs a claimed collective
   bool callers_help_ = false;  // the last collective ran on a waiting caller's thread
   bool stop_ = false;
   std::chrono::microseconds spin_{0};
+  std::shared_ptr<const std::string> where_shared_;  // every ShmWork's name for this rank
   std::thread thread_;
 };
 

@@ -22,6 +22,23 @@ struct WaitOptions {
   std::chrono::milliseconds poll = std::chrono::milliseconds(5);
 };
 
+// A collective's deadline, read off the clock only when a wait has spun in vain: a collective
+// whose peers are already there, or arrive while it spins, reads no clock (Note [Call cost] in
+// process_group_shm.h). It counts from that moment, at most one spin (DPX_SHM_SPIN_US) after
+// the collective began, against timeouts of seconds to minutes.
+class Deadline {
+ public:
+  explicit Deadline(Clock::duration timeout = {}) : timeout_(timeout) {}
+  Clock::time_point get() {
+    if (at_ == Clock::time_point{}) at_ = Clock::now() + timeout_;
+    return at_;
+  }
+
+ private:
+  Clock::duration timeout_;
+  Clock::time_point at_{};
+};
+
 // Step counters wrap around; a counter has reached `target` when it is at most 2^31 ahead.
 inline bool reached(std::uint32_t value, std::uint32_t target) {
   return static_cast<std::int32_t>(value - target) >= 0;
@@ -38,7 +55,7 @@ class Waiter {
   void post(std::uint32_t step);
   // Blocks until `peer` posted `target`. Throws PeerLostError when the peer (or any peer) died,
   // TimeoutError at the deadline, and the aborting rank's error type when a peer aborted.
-  void wait(int peer, std::uint32_t target, Clock::time_point deadline, const char* op);
+  void wait(int peer, std::uint32_t target, Deadline& deadline, const char* op);
   // Throws when a peer aborted the group: its steps may be posted, but its data is not valid.
   void check_abort(const char* op) const;
   // Tells peers this rank failed, so they stop waiting for it at once.
