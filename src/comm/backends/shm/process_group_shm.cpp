@@ -183,11 +183,9 @@ void ShmGroup::run() {
 
 bool ShmGroup::claim(Task& task) {
   std::lock_guard<std::mutex> lock(mutex_);
-  // A caller waits: the next collectives need no wake-up of the group's thread, even when
-  // that thread runs this one (it got there first).
-  callers_help_ = true;
   if (executing_ || queue_.empty()) return false;
   executing_ = true;
+  callers_help_ = true;
   task = std::move(queue_.front());
   queue_.pop_front();
   return true;
