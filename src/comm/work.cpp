@@ -7,16 +7,17 @@ namespace dpx {
 CompletionWork::CompletionWork(std::chrono::milliseconds default_timeout, std::string where)
     : Work(default_timeout), where_(std::move(where)) {}
 
-void Work::throw_timeout(const std::string& where, std::chrono::milliseconds timeout) {
-  throw TimeoutError(where + "collective did not finish within " +
-                     std::to_string(timeout.count()) +
-                     " ms; a peer may be stuck or dead. Raise the timeout if the job is "
-                     "just slow, else check the other ranks' logs.");
+std::string Work::timeout_message(const std::string& where, std::chrono::milliseconds timeout) {
+  return where + "collective did not finish within " + std::to_string(timeout.count()) +
+         " ms; a peer may be stuck or dead. Raise the timeout if the job is just slow, else "
+         "check the other ranks' logs.";
 }
 
 void CompletionWork::wait(std::chrono::milliseconds timeout) {
   std::unique_lock<std::mutex> lock(mutex_);
-  if (!done_cv_.wait_for(lock, timeout, [&] { return done_; })) throw_timeout(where_, timeout);
+  if (!done_cv_.wait_for(lock, timeout, [&] { return done_; })) {
+    throw TimeoutError(timeout_message(where_, timeout));
+  }
   if (error_) {
     std::rethrow_exception(error_);
   }

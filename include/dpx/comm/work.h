@@ -37,9 +37,8 @@ class Work {
   virtual std::chrono::steady_clock::time_point finished_at() { return {}; }
 
  protected:
-  // The TimeoutError of a wait that ran out of `timeout`; `where` names the rank.
-  [[noreturn]] static void throw_timeout(const std::string& where,
-                                         std::chrono::milliseconds timeout);
+  // What a wait that ran out of `timeout` raises (TimeoutError); `where` names the rank.
+  static std::string timeout_message(const std::string& where, std::chrono::milliseconds timeout);
 
   std::chrono::milliseconds default_timeout_;
 };

@@ -61,14 +61,11 @@ void ShmWork::wait(std::chrono::milliseconds timeout) {
     // A caller that gives up at the group timeout tells the group at once, as the thread running
     // the collective would at its own deadline a moment later: a peer that arrives in between
     // must fail, not complete the collective with a rank that has left it.
-    try {
-      throw_timeout(*where_, timeout);
-    } catch (const TimeoutError& e) {
-      if (timeout >= default_timeout_) {
-        if (auto group = group_.lock()) group->abort_timed_out(e.what());
-      }
-      throw;
+    const std::string message = timeout_message(*where_, timeout);
+    if (timeout >= default_timeout_) {
+      if (auto group = group_.lock()) group->abort_timed_out(message);
     }
+    throw TimeoutError(message);
   }
   if (error_) std::rethrow_exception(error_);
 }
