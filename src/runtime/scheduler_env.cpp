@@ -39,7 +39,6 @@ std::optional<std::string> first_of(std::initializer_list<const char*> names) {
 
 namespace {
 
-
 // With every rank on one host, the master is this host.
 void master_when_one_host(SchedulerEnv& s) {
   if (s.local_world_size && *s.local_world_size == s.world_size) s.master_addr = "127.0.0.1";
