@@ -58,13 +58,20 @@ UNITS = [
     ("fsdp", 11, ["src/fsdp/*", "include/dpx/fsdp/*"]),
     ("algorithms", 12, ["src/algorithms/*", "include/dpx/algorithms/*"]),
     ("amp", 12, ["src/amp/*", "include/dpx/amp/*"]),
+    # checkpoint, bottom up: the public headers, the atomic file and the step-named directory
+    # every checkpointer keeps; Python's file formats (pickle, torch.save, safetensors, the
+    # optimizer's layout); the checkpointers, each on its own: the whole model on rank 0
+    # (checkpointer.h) and fully_shard's shards (fsdp_checkpoint.h).
     ("checkpoint", 13, ["src/checkpoint/*", "include/dpx/checkpoint/*"]),
+    ("checkpoint/python_format", 14, ["src/checkpoint/python_format/*"]),
+    ("checkpoint/checkpointer", 15, ["src/checkpoint/checkpointer/*"]),
+    ("checkpoint/fsdp_checkpoint", 15, ["src/checkpoint/fsdp_checkpoint/*"]),
     ("launch", 13, ["src/launch/*", "include/dpx/launch/*"]),
-    ("dpx.h", 14, ["include/dpx/dpx.h"]),
-    ("dpxrun", 14, ["tools/dpxrun/*"]),
-    ("bench", 14, ["bench/**"]),
-    ("examples", 14, ["examples/**"]),
-    ("tests", 15, ["tests/**"]),
+    ("dpx.h", 16, ["include/dpx/dpx.h"]),
+    ("dpxrun", 16, ["tools/dpxrun/*"]),
+    ("bench", 16, ["bench/**"]),
+    ("examples", 16, ["examples/**"]),
+    ("tests", 17, ["tests/**"]),
 ]
 # Units that include only these folders besides their own: the launcher talks to workers
 # through the environment and the store, so it sees the public headers, src/store and src/net

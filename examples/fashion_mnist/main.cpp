@@ -149,11 +149,11 @@ class Model {
       for (auto* unit : {&net->conv1, &net->conv2}) dpx::fully_shard(*unit, pg);
       for (auto* unit : {&net->fc1, &net->fc2}) dpx::fully_shard(*unit, pg);
       sharded_ = dpx::fully_shard(net, pg);
-      sharded_checkpoints_.emplace(
+      checkpoints_ = std::make_unique<dpx::ShardedCheckpointer>(
           dpx::ShardedCheckpointerOptions{.directory = flags.checkpoint_dir}, pg);
     } else {
       ddp_ = dpx::DistributedDataParallel(net, pg);
-      checkpoints_.emplace(
+      checkpoints_ = std::make_unique<dpx::Checkpointer>(
           dpx::CheckpointerOptions{.directory = flags.checkpoint_dir, .map_location = device}, pg);
     }
   }
@@ -162,12 +162,10 @@ class Model {
   const dpx::DistributedDataParallel<NetImpl>& ddp() const { return ddp_; }
 
   std::optional<dpx::TrainingProgress> load_latest(torch::optim::Optimizer& optimizer) {
-    return checkpoints_ ? checkpoints_->load_latest(*net_, optimizer)
-                        : sharded_checkpoints_->load_latest(*net_, optimizer);
+    return checkpoints_->load_latest(*net_, optimizer);
   }
   void save(const torch::optim::Optimizer& optimizer, const dpx::TrainingProgress& progress) {
-    checkpoints_ ? checkpoints_->save(*net_, optimizer, progress)
-                 : sharded_checkpoints_->save(*net_, optimizer, progress);
+    checkpoints_->save(*net_, optimizer, progress);
   }
   // The whole trained model in torch.save's form, written by rank 0 (collective when sharded).
   void save_for_python(const std::string& path, bool lead) {
@@ -179,8 +177,7 @@ class Model {
   Net net_;
   dpx::DistributedDataParallel<NetImpl> ddp_{nullptr};
   dpx::FSDPModule<NetImpl> sharded_{nullptr};
-  std::optional<dpx::Checkpointer> checkpoints_;
-  std::optional<dpx::ShardedCheckpointer> sharded_checkpoints_;
+  std::unique_ptr<dpx::TrainingCheckpointer> checkpoints_;
 };
 
 // Test loss and accuracy over the first n test images: each rank takes its shard (without the

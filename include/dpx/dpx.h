@@ -52,6 +52,7 @@
 #include "dpx/checkpoint/checkpointer.h"
 #include "dpx/checkpoint/fsdp_checkpoint.h"
 #include "dpx/checkpoint/python_format.h"
+#include "dpx/checkpoint/training_checkpointer.h"
 #include "dpx/launch/error_handler.h"
 #include "dpx/launch/heartbeat.h"
 #include "dpx/launch/spawn.h"

@@ -11,9 +11,6 @@
 // The directory must be visible to every rank (one host, or a shared file system).
 #pragma once
 
-#include <torch/nn/module.h>
-#include <torch/optim/optimizer.h>
-
 #include <chrono>
 #include <cstdint>
 #include <memory>
@@ -22,17 +19,11 @@
 #include <vector>
 
 #include "dpx/checkpoint/checkpoint_file.h"
+#include "dpx/checkpoint/training_checkpointer.h"
 #include "dpx/comm/process_group.h"
 #include "dpx/store/types.h"
 
 namespace dpx {
-
-// Where training stands; what a resumed run continues from.
-struct TrainingProgress {
-  int64_t epoch = 0;             // the epoch in progress (or the next one, at an epoch's end)
-  int64_t step = 0;              // optimizer steps taken so far, over all epochs
-  int64_t sampler_position = 0;  // samples of `epoch` this rank consumed (DistributedSampler::resume)
-};
 
 // kDpx: checkpoint-<step>.dpx, a LibTorch archive behind a header with a CRC32 (checkpoint_file.h).
 // kTorchSave: checkpoint-<step>.pt, a torch.save file Python opens with torch.load(path,
@@ -54,29 +45,28 @@ struct CheckpointerOptions {
   CheckpointWriteOptions write;                         // test hooks
 };
 
-class Checkpointer {
+class Checkpointer : public TrainingCheckpointer {
  public:
   // `process_group` may be null for a single process.
   Checkpointer(CheckpointerOptions options, std::shared_ptr<ProcessGroup> process_group);
 
   // Collective. Returns the path written (on every rank).
   std::string save(const torch::nn::Module& model, const torch::optim::Optimizer& optimizer,
-                   const TrainingProgress& progress);
+                   const TrainingProgress& progress) override;
 
   // Collective. Restores model, optimizer and the RNGs from the newest good checkpoint and
   // returns its progress; nullopt when there is none (a fresh start).
   std::optional<TrainingProgress> load_latest(torch::nn::Module& model,
-                                              torch::optim::Optimizer& optimizer);
+                                              torch::optim::Optimizer& optimizer) override;
 
   // Checkpoint files in the directory, newest first (not verified).
-  std::vector<std::string> list() const;
+  std::vector<std::string> list() const override;
 
-  std::string path_for_step(int64_t step) const;
+  std::string path_for_step(int64_t step) const override;
 
  private:
   void barrier();
   int64_t pick_latest_good() const;
-  void prune() const;
 
   CheckpointerOptions options_;
   std::shared_ptr<ProcessGroup> pg_;

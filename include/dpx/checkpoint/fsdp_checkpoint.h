@@ -72,23 +72,23 @@ struct ShardedCheckpointerOptions {
   CheckpointWriteOptions write;                          // test hooks
 };
 
-class ShardedCheckpointer {
+class ShardedCheckpointer : public TrainingCheckpointer {
  public:
   ShardedCheckpointer(ShardedCheckpointerOptions options, std::shared_ptr<ProcessGroup> pg);
 
   // Collective (Note [Sharded checkpoint]). Returns the checkpoint's folder.
   std::string save(const torch::nn::Module& model, const torch::optim::Optimizer& optimizer,
-                   const TrainingProgress& progress);
+                   const TrainingProgress& progress) override;
 
   // Collective. Restores the model's shards and buffers and the optimizer's state from the
   // newest complete checkpoint, resharded when it was saved on another world size, and returns
   // its progress; nullopt when there is none.
   std::optional<TrainingProgress> load_latest(torch::nn::Module& model,
-                                              torch::optim::Optimizer& optimizer);
+                                              torch::optim::Optimizer& optimizer) override;
 
   // Complete checkpoints' folders, newest first.
-  std::vector<std::string> list() const;
-  std::string path_for_step(int64_t step) const;
+  std::vector<std::string> list() const override;
+  std::string path_for_step(int64_t step) const override;
 
  private:
   void barrier();

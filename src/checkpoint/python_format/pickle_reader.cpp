@@ -1,6 +1,6 @@
 // The opcodes of the restricted unpickler (pickle_reader.h): the byte cursor, the stack, and one
 // small handler per opcode, dispatched through a table.
-#include "checkpoint/pickle_reader.h"
+#include "checkpoint/python_format/pickle_reader.h"
 
 #include <cstdio>
 

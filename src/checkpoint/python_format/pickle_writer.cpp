@@ -5,7 +5,7 @@
 #include <cstdint>
 #include <cstring>
 
-#include "checkpoint/pickle.h"
+#include "checkpoint/python_format/pickle.h"
 
 namespace dpx::detail {
 namespace {

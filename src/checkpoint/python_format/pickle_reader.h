@@ -14,8 +14,8 @@
 #include <unordered_map>
 #include <vector>
 
-#include "checkpoint/pickle.h"
-#include "checkpoint/pickle_graph.h"
+#include "checkpoint/python_format/pickle.h"
+#include "checkpoint/python_format/pickle_graph.h"
 
 namespace dpx::detail {
 

@@ -1,4 +1,4 @@
-#include "checkpoint/pickle_graph.h"
+#include "checkpoint/python_format/pickle_graph.h"
 
 #include <algorithm>
 #include <exception>

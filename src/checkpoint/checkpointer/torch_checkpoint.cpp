@@ -1,9 +1,9 @@
-#include "checkpoint/torch_checkpoint.h"
+#include "checkpoint/checkpointer/torch_checkpoint.h"
 
 #include <ATen/CPUGeneratorImpl.h>
 #include <torch/torch.h>
 
-#include "checkpoint/optimizer_state.h"
+#include "checkpoint/python_format/optimizer_state.h"
 #include "runtime/cuda/rng_state.h"
 #include "dpx/checkpoint/python_format.h"
 

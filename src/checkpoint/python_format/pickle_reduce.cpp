@@ -2,7 +2,7 @@
 // persistent ids naming storages, and torch._utils._rebuild_tensor_v2's views over them.
 #include <optional>
 
-#include "checkpoint/pickle_reader.h"
+#include "checkpoint/python_format/pickle_reader.h"
 
 namespace dpx::detail {
 namespace {

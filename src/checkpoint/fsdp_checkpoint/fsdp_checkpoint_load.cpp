@@ -11,8 +11,8 @@
 #include "dpx/checkpoint/python_format.h"
 #include "dpx/fsdp/fsdp_state_dict.h"
 #include "dpx/runtime/files.h"
-#include "checkpoint/fsdp_checkpoint_parts.h"
-#include "checkpoint/optimizer_state.h"
+#include "checkpoint/fsdp_checkpoint/fsdp_checkpoint_parts.h"
+#include "checkpoint/python_format/optimizer_state.h"
 
 namespace dpx {
 namespace detail {
@@ -25,20 +25,6 @@ int part_world(const std::string& name) {
   int rank = -1, world = -1;
   if (std::sscanf(name.c_str(), "rank%d-of-%d.pt", &rank, &world) != 2) return -1;
   return rank >= 0 && world > rank && name == part_name(rank, world) ? world : -1;
-}
-
-int64_t sharded_step_of(const std::string& name) {
-  const std::string prefix = kShardedPrefix;
-  if (name.size() <= prefix.size() || name.rfind(prefix, 0) != 0) return -1;
-  const auto digits = name.substr(prefix.size());
-  if (digits.size() > 18 || digits.find_first_not_of("0123456789") != std::string::npos) return -1;
-  return std::stoll(digits);
-}
-
-bool is_partial(const std::string& name) {
-  const std::string suffix = kPartialSuffix;
-  return name.rfind(kShardedPrefix, 0) == 0 && name.size() > suffix.size() &&
-         name.compare(name.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
 
 }  // namespace detail
@@ -217,7 +203,7 @@ std::optional<TrainingProgress> ShardedCheckpointer::load_latest(
     for (const auto& dir : list()) {
       try {
         world_of(dir);
-        step = detail::sharded_step_of(dir.substr(dir.rfind('/') + 1));
+        step = detail::sharded_folders(options_.directory).step_of(dir.substr(dir.rfind('/') + 1));
         break;
       } catch (const CheckpointError& e) {
         TORCH_WARN("ShardedCheckpointer: skipping ", e.what());

@@ -1,20 +1,14 @@
 #include "dpx/checkpoint/checkpointer.h"
 
 #include <ATen/CPUGeneratorImpl.h>
-#include <dirent.h>
-#include <sys/stat.h>
 #include <torch/torch.h>
-#include <unistd.h>
 
-#include <algorithm>
-#include <cerrno>
-#include <cstring>
-#include <cstdio>
 #include <sstream>
 
 #include "dpx/errors.h"
 #include "dpx/runtime/cuda.h"
-#include "checkpoint/torch_checkpoint.h"
+#include "checkpoint/checkpointer/torch_checkpoint.h"
+#include "checkpoint/step_directory.h"
 #include "comm/coordination/control.h"
 #include "runtime/cuda/rng_state.h"
 
@@ -22,44 +16,11 @@ namespace dpx {
 namespace {
 
 constexpr const char* kPrefix = "checkpoint-";
+constexpr int kStepDigits = 12;  // checkpoint-000000000042.dpx: names sort as steps do
 
-const char* suffix_of(CheckpointFormat format) {
-  return format == CheckpointFormat::kTorchSave ? ".pt" : ".dpx";
-}
-
-// The step of "checkpoint-<step><suffix>", or -1 for any other name.
-int64_t step_of(const std::string& name, const std::string& suffix) {
-  const std::string prefix = kPrefix;
-  if (name.size() <= prefix.size() + suffix.size() || name.rfind(prefix, 0) != 0 ||
-      name.compare(name.size() - suffix.size(), suffix.size(), suffix) != 0) {
-    return -1;
-  }
-  const auto digits = name.substr(prefix.size(), name.size() - prefix.size() - suffix.size());
-  if (!std::all_of(digits.begin(), digits.end(), ::isdigit)) {
-    return -1;
-  }
-  return std::stoll(digits);
-}
-
-std::vector<std::string> directory_entries(const std::string& dir) {
-  std::vector<std::string> names;
-  DIR* d = ::opendir(dir.c_str());
-  if (d == nullptr) {
-    return names;
-  }
-  while (const dirent* e = ::readdir(d)) {
-    names.emplace_back(e->d_name);
-  }
-  ::closedir(d);
-  return names;
-}
-
-// `mkdir -p`: every missing level; existing ones are fine.
-void make_directories(const std::string& path) {
-  for (size_t pos = path.find('/', 1); ; pos = path.find('/', pos + 1)) {
-    ::mkdir(path.substr(0, pos).c_str(), 0755);
-    if (pos == std::string::npos) break;
-  }
+detail::StepDirectory files_of(const CheckpointerOptions& options) {
+  return {options.directory, kPrefix,
+          options.format == CheckpointFormat::kTorchSave ? ".pt" : ".dpx", kStepDigits};
 }
 
 void write_scalar(torch::serialize::OutputArchive& a, const char* key, int64_t v) {
@@ -137,35 +98,19 @@ Checkpointer::Checkpointer(CheckpointerOptions options,
     world_ = pg_->size();
   }
   if (rank_ == 0) {
-    make_directories(options_.directory);
-    struct stat st {};
-    TORCH_CHECK(::stat(options_.directory.c_str(), &st) == 0 && S_ISDIR(st.st_mode),
-                where(rank_, world_), "checkpoint directory ", options_.directory,
-                " does not exist and cannot be created: ", std::strerror(errno));
+    try {
+      files_of(options_).create();
+    } catch (const CheckpointError& e) {
+      throw CheckpointError(where(rank_, world_) + e.what());
+    }
   }
 }
 
 std::string Checkpointer::path_for_step(int64_t step) const {
-  char name[64];
-  std::snprintf(name, sizeof(name), "%s%012lld%s", kPrefix, static_cast<long long>(step),
-                suffix_of(options_.format));
-  return options_.directory + "/" + name;
+  return files_of(options_).path_for_step(step);
 }
 
-std::vector<std::string> Checkpointer::list() const {
-  std::vector<int64_t> steps;
-  for (const auto& name : directory_entries(options_.directory)) {
-    if (const int64_t step = step_of(name, suffix_of(options_.format)); step >= 0) {
-      steps.push_back(step);
-    }
-  }
-  std::sort(steps.rbegin(), steps.rend());
-  std::vector<std::string> paths;
-  for (const int64_t step : steps) {
-    paths.push_back(path_for_step(step));
-  }
-  return paths;
-}
+std::vector<std::string> Checkpointer::list() const { return files_of(options_).list(); }
 
 void Checkpointer::barrier() {
   if (pg_ && world_ > 1) {
@@ -183,23 +128,11 @@ std::string Checkpointer::save(const torch::nn::Module& model,
     } else {
       write_checkpoint_file(path, serialize(model, optimizer, progress), options_.write);
     }
-    prune();
+    // Also the temporary files of writers killed mid-save (only rank 0 writes, and it is done).
+    files_of(options_).prune(options_.keep_last, ".tmp.");
   }
   barrier();
   return path;
-}
-
-void Checkpointer::prune() const {
-  const auto paths = list();
-  for (size_t i = options_.keep_last; i < paths.size(); ++i) {
-    ::unlink(paths[i].c_str());
-  }
-  // Temporary files of writers that were killed mid-save (only rank 0 writes, and it is done).
-  for (const auto& name : directory_entries(options_.directory)) {
-    if (name.rfind(kPrefix, 0) == 0 && name.find(".tmp.") != std::string::npos) {
-      ::unlink((options_.directory + "/" + name).c_str());
-    }
-  }
 }
 
 int64_t Checkpointer::pick_latest_good() const {
@@ -210,7 +143,7 @@ int64_t Checkpointer::pick_latest_good() const {
       } else {
         read_checkpoint_file(path);
       }
-      return step_of(path.substr(path.find_last_of('/') + 1), suffix_of(options_.format));
+      return files_of(options_).step_of(path.substr(path.find_last_of('/') + 1));
     } catch (const CheckpointError& e) {
       TORCH_WARN(where(rank_, world_), e.what(), "; skipping it and trying the previous one");
     }

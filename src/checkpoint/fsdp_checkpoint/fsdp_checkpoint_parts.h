@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "dpx/fsdp/fsdp_state_dict.h"
+#include "checkpoint/step_directory.h"
 
 namespace dpx::detail {
 
@@ -26,9 +27,10 @@ constexpr const char* kPartOptimizerNames = "optimizer_param_names";  // index -
 std::string part_name(int rank, int world);
 // The world size of a part's file name; -1 for another name.
 int part_world(const std::string& name);
-// The step of a complete checkpoint's folder name; -1 for another name.
-int64_t sharded_step_of(const std::string& name);
-bool is_partial(const std::string& name);
+// The complete checkpoints' folders: sharded-<step>.
+inline StepDirectory sharded_folders(const std::string& directory) {
+  return {directory, kShardedPrefix, ""};
+}
 // An empty dict of any keys and values, as Python's dict.
 c10::impl::GenericDict any_dict();
 

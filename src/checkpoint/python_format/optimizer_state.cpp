@@ -1,4 +1,4 @@
-#include "checkpoint/optimizer_state.h"
+#include "checkpoint/python_format/optimizer_state.h"
 
 #include <torch/optim/adam.h>
 #include <torch/optim/adamw.h>

@@ -1,4 +1,4 @@
-#include "checkpoint/zip_crc.h"
+#include "checkpoint/python_format/zip_crc.h"
 
 #include <zlib.h>
 

@@ -6,8 +6,8 @@
 
 #include "dpx/checkpoint/fsdp_checkpoint.h"
 #include "dpx/fsdp/fsdp_state_dict.h"
-#include "checkpoint/fsdp_checkpoint_parts.h"
-#include "checkpoint/optimizer_state.h"
+#include "checkpoint/fsdp_checkpoint/fsdp_checkpoint_parts.h"
+#include "checkpoint/python_format/optimizer_state.h"
 #include "fsdp/fsdp_param.h"
 
 namespace dpx {

@@ -6,7 +6,7 @@
 #include <unordered_map>
 #include <unordered_set>
 
-#include "checkpoint/torch_file.h"
+#include "checkpoint/python_format/torch_file.h"
 #include "dpx/checkpoint/python_format.h"
 
 namespace dpx {

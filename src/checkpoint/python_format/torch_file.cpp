@@ -7,8 +7,8 @@
 #include <fstream>
 #include <sstream>
 
-#include "checkpoint/torch_file.h"
-#include "checkpoint/zip_crc.h"
+#include "checkpoint/python_format/torch_file.h"
+#include "checkpoint/python_format/zip_crc.h"
 #include "dpx/checkpoint/python_format.h"
 
 namespace dpx {

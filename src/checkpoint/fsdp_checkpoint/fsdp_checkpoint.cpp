@@ -2,32 +2,19 @@
 // and bookkeeping (Note [Sharded checkpoint]); its loading is in fsdp_checkpoint_load.cpp.
 #include "dpx/checkpoint/fsdp_checkpoint.h"
 
-#include <fcntl.h>
-#include <unistd.h>
-
-#include <algorithm>
-#include <cerrno>
-#include <cstring>
 #include <unordered_map>
 
 #include "dpx/checkpoint/python_format.h"
 #include "dpx/fsdp/fsdp_state_dict.h"
 #include "dpx/runtime/files.h"
-#include "checkpoint/fsdp_checkpoint_parts.h"
-#include "checkpoint/optimizer_state.h"
-#include "checkpoint/torch_file.h"
+#include "checkpoint/fsdp_checkpoint/fsdp_checkpoint_parts.h"
+#include "checkpoint/python_format/optimizer_state.h"
+#include "checkpoint/python_format/torch_file.h"
 
 namespace dpx {
 namespace {
 
 using Dict = c10::impl::GenericDict;
-
-void sync_directory(const std::string& dir) {
-  const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY);
-  if (fd < 0) return;
-  ::fsync(fd);
-  ::close(fd);
-}
 
 // What rank `rank` of `world` writes (Note [Sharded checkpoint], step 1).
 c10::IValue part_of(const torch::nn::Module& model, const torch::optim::Optimizer& optimizer,
@@ -125,21 +112,13 @@ ShardedCheckpointer::ShardedCheckpointer(ShardedCheckpointerOptions options,
 }
 
 std::string ShardedCheckpointer::path_for_step(int64_t step) const {
-  return options_.directory + "/" + detail::kShardedPrefix + std::to_string(step);
+  return detail::sharded_folders(options_.directory).path_for_step(step);
 }
 
 void ShardedCheckpointer::barrier() { pg_->barrier()->wait(options_.timeout); }
 
 std::vector<std::string> ShardedCheckpointer::list() const {
-  std::vector<std::pair<int64_t, std::string>> found;
-  for (const auto& name : list_dir(options_.directory)) {
-    const int64_t step = detail::sharded_step_of(name);
-    if (step >= 0) found.emplace_back(step, options_.directory + "/" + name);
-  }
-  std::sort(found.rbegin(), found.rend());
-  std::vector<std::string> out;
-  for (auto& f : found) out.push_back(std::move(f.second));
-  return out;
+  return detail::sharded_folders(options_.directory).list();
 }
 
 std::string ShardedCheckpointer::save(const torch::nn::Module& model,
@@ -156,17 +135,10 @@ std::string ShardedCheckpointer::save(const torch::nn::Module& model,
   torch_save(part, partial + "/" + detail::part_name(pg_->rank(), pg_->size()), options_.write);
   barrier();
   if (pg_->rank() == 0) {
-    remove_tree(final_dir);
-    if (::rename(partial.c_str(), final_dir.c_str()) != 0) {
-      throw CheckpointError("ShardedCheckpointer: cannot rename " + partial + " to " + final_dir +
-                            ": " + std::strerror(errno));
-    }
-    sync_directory(options_.directory);
-    const auto complete = list();
-    for (std::size_t i = options_.keep_last; i < complete.size(); ++i) remove_tree(complete[i]);
-    for (const auto& name : list_dir(options_.directory)) {
-      if (detail::is_partial(name)) remove_tree(options_.directory + "/" + name);
-    }
+    const auto folders = detail::sharded_folders(options_.directory);
+    folders.publish(partial, progress.step);
+    // Also the .partial folders of saves that did not finish.
+    folders.prune(options_.keep_last, detail::kPartialSuffix);
   }
   barrier();
   return final_dir;

@@ -4,7 +4,7 @@
 
 #include <string>
 
-#include "checkpoint/pickle.h"
+#include "checkpoint/python_format/pickle.h"
 
 namespace dpx::detail {
 
