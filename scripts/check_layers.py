@@ -61,11 +61,12 @@ UNITS = [
     # checkpoint, bottom up: the public headers, the atomic file and the step-named directory
     # every checkpointer keeps; Python's file formats (pickle, torch.save, safetensors, the
     # optimizer's layout); the checkpointers, each on its own: the whole model on rank 0
-    # (checkpointer.h) and fully_shard's shards (fsdp_checkpoint.h).
+    # (checkpointer.h), fully_shard's shards (fsdp_checkpoint.h) and PyTorch's DCP (dcp.h).
     ("checkpoint", 13, ["src/checkpoint/*", "include/dpx/checkpoint/*"]),
     ("checkpoint/python_format", 14, ["src/checkpoint/python_format/*"]),
     ("checkpoint/checkpointer", 15, ["src/checkpoint/checkpointer/*"]),
     ("checkpoint/fsdp_checkpoint", 15, ["src/checkpoint/fsdp_checkpoint/*"]),
+    ("checkpoint/dcp", 15, ["src/checkpoint/dcp/*"]),
     ("launch", 13, ["src/launch/*", "include/dpx/launch/*"]),
     ("dpx.h", 16, ["include/dpx/dpx.h"]),
     ("dpxrun", 16, ["tools/dpxrun/*"]),

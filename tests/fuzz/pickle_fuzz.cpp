@@ -31,11 +31,13 @@ using dpx::fuzz::SeedFile;
 using Rng = std::mt19937_64;
 
 // Opcodes the reader knows, a few it does not, and the allowed and refused globals.
-const char kOpcodes[] = "\x80.(0}])N\x88\x89KMJ\x8aGXTUt\x85\x86\x87suaeqrhjcRbQ\x81\x8b\x94I";
+const char kOpcodes[] = "\x80.(0}])N\x88\x89KMJ\x8aGXTUt\x85\x86\x87suaeqrhjcRbQ\x81\x8b\x94I\x95\x8c\x8d\x93";
 const char* const kGlobals[] = {
     "ccollections\nOrderedDict\n", "ctorch._utils\n_rebuild_tensor_v2\n",
     "ctorch._utils\n_rebuild_parameter\n", "ctorch\nFloatStorage\n", "ctorch\nLongStorage\n",
-    "ctorch\nBFloat16Storage\n", "cos\nsystem\n", "c__main__\nEvil\n"};
+    "ctorch\nBFloat16Storage\n", "cos\nsystem\n", "c__main__\nEvil\n",
+    // Protocol 4's STACK_GLOBAL: the module and name pushed as short strings.
+    "\x8c\x0b" "collections\x8c\x0b" "OrderedDict\x93", "\x8c\x02os\x8c\x06system\x93"};
 
 size_t pick(Rng& rng, size_t n) { return n == 0 ? 0 : std::uniform_int_distribution<size_t>(0, n - 1)(rng); }
 

@@ -41,6 +41,13 @@ struct PythonExit {
 // timeout; returns how the last attempt ended.
 PythonExit run_python(const PythonScript& s);
 
+// For a script that writes files for several tests to read: runs it with the folder it is to
+// fill as its last argument, once per build, script text and arguments, and returns the folder
+// (under DPX_BINARY_DIR/test-cache/); every later call, from this process or another test
+// process (CTest runs each test in its own), returns the same folder without running it again.
+// Concurrent callers wait on a lock for the first to finish. "" when the script failed.
+std::string python_output_once(const PythonScript& s);
+
 // Passes when `ours` has PyTorch's sizes and torch::allclose(ours, theirs, rtol, atol); the
 // failure says by how much they differ.
 ::testing::AssertionResult close_to_pytorch(const torch::Tensor& ours, const torch::Tensor& theirs,

@@ -1,4 +1,5 @@
-// Python's pickle, as much of it as torch.save's files need (protocol 2), on c10::IValue.
+// Python's pickle, as much of it as torch.save's files (protocol 2) and DCP's metadata (protocol
+// 4) need, on c10::IValue.
 //
 // The writer emits what Python's torch.save emits for a state dict: dicts, lists, tuples, ints,
 // floats, strings, bools, None, and tensors as torch._utils._rebuild_tensor_v2 over a storage
@@ -22,6 +23,7 @@
 #include <vector>
 
 #include "dpx/checkpoint/python_format.h"
+#include "checkpoint/python_format/pickle_graph.h"
 
 namespace dpx::detail {
 
@@ -43,9 +45,25 @@ struct Unpickled {
 Unpickled pickle_load(const std::string& data, const StorageLoader& load_storage,
                       const std::string& what, const TorchLoadLimits& limits);
 
+// What DCP's .metadata pickle may name besides plain values: its dataclasses (built by NEWOBJ
+// and BUILD into Node::kObject nodes), torch.Size (a tuple), dtypes (torch.float32: a global),
+// layouts (_get_layout('torch.strided')), memory formats (getattr(_MEM_FORMAT_ENCODING, name)),
+// and paths (pathlib.PosixPath): each of these last three becomes its string. Anything else is
+// refused before it is called, as in pickle_load. The graph comes back checked (PickleGraph::check)
+// and unconverted: dataclass objects are keys of its dicts, which no IValue can be.
+struct PickledObjects {
+  PickleGraph graph;
+  NodeId root;
+};
+PickledObjects pickle_load_dcp_metadata(const std::string& data, const std::string& what,
+                                        const TorchLoadLimits& limits);
+
 // "Float" for kFloat, as in torch.FloatStorage; throws for types torch.save cannot name.
 std::string storage_type_name(c10::ScalarType dtype);
 // The reverse: kFloat for "Float"; nullopt for a name torch.save does not write.
 std::optional<c10::ScalarType> storage_dtype_named(const std::string& name);
+// "float32" for kFloat, as Python names torch.float32; and the reverse (nullopt for another).
+std::string dtype_python_name(c10::ScalarType dtype);
+std::optional<c10::ScalarType> dtype_named(const std::string& python_name);
 
 }  // namespace dpx::detail

@@ -19,6 +19,7 @@ const char* kind_name(Node::Kind kind) {
     case Node::kList: return "list";
     case Node::kTuple: return "tuple";
     case Node::kDict: return "dict";
+    case Node::kObject: return "object";
     default: return "value";
   }
 }
@@ -42,7 +43,7 @@ NodeId PickleGraph::add(Node node) {
   return static_cast<NodeId>(nodes_.size() - 1);
 }
 
-c10::IValue PickleGraph::value(NodeId root) {
+void PickleGraph::check(NodeId root) {
   const size_t n = nodes_.size();
   state_.resize(n, 0);
   height_.resize(n, 0);
@@ -50,6 +51,10 @@ c10::IValue PickleGraph::value(NodeId root) {
   converted_.resize(n, 0);
   key_cost_.resize(n, 0);
   check_nesting(root);
+}
+
+c10::IValue PickleGraph::value(NodeId root) {
+  check(root);
   return convert(root);
 }
 
@@ -98,6 +103,9 @@ c10::IValue PickleGraph::convert(NodeId id) {
   if (node.kind == Node::kValue) return node.value;
   if (node.kind == Node::kGlobal) {
     fail("a bare global " + node.value.toStringRef() + " is not a value");
+  }
+  if (node.kind == Node::kObject) {
+    fail("an object of class " + node.value.toStringRef() + " is not a value");
   }
   if (converted_[id]) return values_[id];
   c10::IValue v;

@@ -30,10 +30,14 @@ namespace dpx::detail {
 using NodeId = uint32_t;
 
 struct Node {
-  enum Kind : uint8_t { kValue, kGlobal, kList, kTuple, kDict };
+  enum Kind : uint8_t { kValue, kGlobal, kList, kTuple, kDict, kObject };
   Kind kind = kValue;
-  c10::IValue value;          // kValue: None, bool, int, float, str or tensor; kGlobal: its name
-  std::vector<NodeId> items;  // kList, kTuple: the elements; kDict: key, value, key, value, ...
+  // kValue: None, bool, int, float, str or tensor; kGlobal: its name; kObject: its class's name.
+  c10::IValue value;
+  // kList, kTuple: the elements; kDict: key, value, key, value, ...; kObject: its state (what
+  // BUILD gave it), or nothing. Objects are read where the dialect allows classes (DCP's
+  // metadata) and never become IValues: the reader of that format walks the graph instead.
+  std::vector<NodeId> items;
 };
 
 class PickleGraph {
@@ -47,6 +51,11 @@ class PickleGraph {
 
   // Steps 1-3 of the Note; throws CheckpointError when the graph is refused.
   c10::IValue value(NodeId root);
+  // Step 1 alone, for a graph that is walked rather than converted: after it, everything
+  // reachable from `root` is nested at most kMaxPickleDepth deep and holds no cycle.
+  void check(NodeId root);
+  const Node& operator[](NodeId id) const { return nodes_[id]; }
+  size_t size() const { return nodes_.size(); }
 
  private:
   [[noreturn]] void fail(const std::string& msg) const;

@@ -9,10 +9,12 @@
 namespace dpx::detail {
 
 PickleReader::PickleReader(const std::string& data, const StorageLoader& load,
-                           const std::string& what, const TorchLoadLimits& limits)
+                           const std::string& what, const TorchLoadLimits& limits,
+                           PickleDialect dialect)
     : data_(data),
       load_(load),
       what_(what),
+      dialect_(dialect),
       // Hashing dict keys may cost what reading the pickle's bytes several times over would,
       // never more (Note [Pickle graph], step 3).
       graph_(what, limits.max_objects, (uint64_t{64} << 20) + 16 * uint64_t{data.size()}) {}
@@ -55,12 +57,40 @@ const std::array<PickleReader::Handler, 256>& PickleReader::handlers() {
         {'R', &R::op_reduce},                     // REDUCE
         {'b', &R::op_build},                      // BUILD
         {'Q', &R::op_binpersid},                  // BINPERSID
+        // Protocol 4 (DCP's metadata; torch.save(pickle_protocol=4) too).
+        {'\x95', &R::op_frame},                   // FRAME
+        {'\x8c', &R::op_string<uint8_t>},         // SHORT_BINUNICODE
+        {'\x8d', &R::op_string<uint64_t>},        // BINUNICODE8
+        {'\x94', &R::op_memoize},                 // MEMOIZE
+        {'\x93', &R::op_stack_global},            // STACK_GLOBAL
+        {'\x81', &R::op_newobj},                  // NEWOBJ
     };
     std::array<Handler, 256> t{};
     for (const auto& [code, handler] : ops) t[static_cast<uint8_t>(code)] = handler;
     return t;
   }();
   return table;
+}
+
+PickledObjects PickleReader::run_to_graph() {
+  const auto& table = handlers();
+  while (!done_) {
+    const auto op = static_cast<uint8_t>(*take(1));
+    if (table[op] == nullptr) {
+      char hex[8];
+      std::snprintf(hex, sizeof(hex), "0x%02x", op);
+      --pos_;
+      fail(std::string("unsupported pickle opcode ") + hex +
+           " (only the opcodes DCP's metadata and torch.save write are read)");
+    }
+    (this->*table[op])();
+  }
+  if (stack_.size() != 1) {
+    fail("malformed pickle: stack holds " + std::to_string(stack_.size()) + " items at STOP");
+  }
+  const NodeId root = stack_.back();
+  graph_.check(root);
+  return PickledObjects{std::move(graph_), root};
 }
 
 Unpickled PickleReader::run() {
@@ -183,7 +213,19 @@ void PickleReader::op_binfloat() {  // big-endian
 template <typename Length>
 void PickleReader::op_string() {
   const Length n = le<Length>();
-  push_value(std::string(take(n), n));
+  if (n > data_.size() - pos_) fail("the pickle ends early (truncated file?)");
+  push_value(std::string(take(static_cast<size_t>(n)), static_cast<size_t>(n)));
+}
+
+// A frame only groups opcodes for buffered reading; its length is checked and otherwise unused.
+void PickleReader::op_frame() {
+  if (le<uint64_t>() > data_.size() - pos_) fail("a frame reaches past the end of the pickle");
+}
+
+// Protocol 4's implicit memo: the next index, as Python numbers them.
+void PickleReader::op_memoize() {
+  const auto i = static_cast<uint32_t>(memo_.size());
+  memo_[i] = top();
 }
 
 void PickleReader::op_tuple() { push(Node{Node::kTuple, {}, pop_to_mark()}); }
@@ -238,6 +280,15 @@ void PickleReader::op_get() {
 Unpickled pickle_load(const std::string& data, const StorageLoader& load_storage,
                       const std::string& what, const TorchLoadLimits& limits) {
   return PickleReader(data, load_storage, what, limits).run();
+}
+
+PickledObjects pickle_load_dcp_metadata(const std::string& data, const std::string& what,
+                                        const TorchLoadLimits& limits) {
+  const StorageLoader no_storages = [&](const std::string&, c10::ScalarType) -> at::Tensor {
+    throw CheckpointError(what + ": DCP's metadata holds no tensor data");
+  };
+  return PickleReader(data, no_storages, what, limits, PickleDialect::kDcpMetadata)
+      .run_to_graph();
 }
 
 }  // namespace dpx::detail

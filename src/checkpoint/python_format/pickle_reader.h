@@ -1,5 +1,6 @@
 // The restricted unpickler (see pickle.h): a stack machine over the protocol 0-2 opcodes that
-// torch.save writes, building a PickleGraph (Note [Pickle graph]). pickle_reader.cpp reads the
+// torch.save writes and the protocol 4 ones DCP's metadata adds (frames, short strings, the
+// implicit memo, STACK_GLOBAL, NEWOBJ), building a PickleGraph (Note [Pickle graph]). pickle_reader.cpp reads the
 // opcodes; pickle_reduce.cpp is what they may call: the allowed globals, persistent ids
 // (storages) and tensor views.
 #pragma once
@@ -19,12 +20,18 @@
 
 namespace dpx::detail {
 
+// Which globals a pickle may name (pickle.h): torch.save's tensors and containers, or DCP's
+// metadata classes.
+enum class PickleDialect { kTorchSave, kDcpMetadata };
+
 class PickleReader {
  public:
   PickleReader(const std::string& data, const StorageLoader& load, const std::string& what,
-               const TorchLoadLimits& limits);
+               const TorchLoadLimits& limits, PickleDialect dialect = PickleDialect::kTorchSave);
 
   Unpickled run();
+  // Reads up to STOP and returns the graph checked but unconverted (pickle_load_dcp_metadata).
+  PickledObjects run_to_graph();
 
  private:
   using Handler = void (PickleReader::*)();
@@ -78,9 +85,16 @@ class PickleReader {
   template <typename Index>
   void op_get();
 
+  void op_frame();
+  void op_memoize();
+
   // What the opcodes may call, in pickle_reduce.cpp.
   void op_global();
+  void op_stack_global();
+  void push_global(const std::string& module, const std::string& name);
   void op_reduce();
+  bool reduce_dcp(const std::string& f, const std::vector<NodeId>& args);
+  void op_newobj();
   void op_build();
   void op_binpersid();
   at::Tensor storage(NodeId pid);
@@ -90,6 +104,7 @@ class PickleReader {
   const std::string& data_;
   const StorageLoader& load_;
   const std::string& what_;
+  PickleDialect dialect_;
   size_t pos_ = 0;
   PickleGraph graph_;
   std::vector<NodeId> stack_;

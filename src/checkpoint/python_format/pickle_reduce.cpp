@@ -10,6 +10,42 @@ namespace {
 const char* const kOrderedDict = "collections.OrderedDict";
 const char* const kRebuildTensor = "torch._utils._rebuild_tensor_v2";
 const char* const kRebuildParameter = "torch._utils._rebuild_parameter";
+// DCP's metadata (pickle_load_dcp_metadata).
+const char* const kTorchSize = "torch.Size";
+const char* const kGetLayout = "torch.serialization._get_layout";
+const char* const kGetattr = "builtins.getattr";
+const char* const kMemoryFormats = "torch.distributed.checkpoint.metadata._MEM_FORMAT_ENCODING";
+const char* const kPosixPath = "pathlib.PosixPath";
+const char* const kWindowsPath = "pathlib.WindowsPath";
+
+// The dataclasses a DCP .metadata file is made of (PyTorch 2.x; a class added by a later
+// version is refused by name until it is added here).
+bool dcp_class(const std::string& global) {
+  static const char* const classes[] = {
+      "torch.distributed.checkpoint.metadata.Metadata",
+      "torch.distributed.checkpoint.metadata.TensorStorageMetadata",
+      "torch.distributed.checkpoint.metadata.BytesStorageMetadata",
+      "torch.distributed.checkpoint.metadata.ChunkStorageMetadata",
+      "torch.distributed.checkpoint.metadata.TensorProperties",
+      "torch.distributed.checkpoint.metadata.MetadataIndex",
+      "torch.distributed.checkpoint.metadata.StorageMeta",
+      "torch.distributed.checkpoint.filesystem._StorageInfo",
+  };
+  for (const char* c : classes) {
+    if (global == c) return true;
+  }
+  return false;
+}
+
+bool dcp_global_allowed(const std::string& global) {
+  if (dcp_class(global) || global == kTorchSize || global == kGetLayout || global == kGetattr ||
+      global == kMemoryFormats || global == kPosixPath || global == kWindowsPath ||
+      global == kOrderedDict) {
+    return true;
+  }
+  const std::string prefix = "torch.";
+  return global.rfind(prefix, 0) == 0 && dtype_named(global.substr(prefix.size())).has_value();
+}
 
 // torch.FloatStorage -> kFloat.
 std::optional<c10::ScalarType> storage_global_dtype(const std::string& global) {
@@ -25,12 +61,31 @@ std::optional<c10::ScalarType> storage_global_dtype(const std::string& global) {
 }  // namespace
 
 void PickleReader::op_global() {
-  const std::string module = line(), name = line(), full = module + "." + name;
-  if (full != kOrderedDict && full != kRebuildTensor && full != kRebuildParameter &&
-      !storage_global_dtype(full)) {
-    fail("refusing to load global '" + full +
-         "': only tensors, OrderedDict and plain values are loaded (as "
-         "torch.load(weights_only=True) does)");
+  const std::string module = line(), name = line();
+  push_global(module, name);
+}
+
+void PickleReader::op_stack_global() {
+  const NodeId name = pop(), module = pop();
+  if (!node(name).value.isString() || !node(module).value.isString()) {
+    fail("malformed STACK_GLOBAL: module and name must be strings");
+  }
+  push_global(node(module).value.toStringRef(), node(name).value.toStringRef());
+}
+
+void PickleReader::push_global(const std::string& module, const std::string& name) {
+  const std::string full = module + "." + name;
+  const bool allowed = dialect_ == PickleDialect::kDcpMetadata
+                           ? dcp_global_allowed(full)
+                           : full == kOrderedDict || full == kRebuildTensor ||
+                                 full == kRebuildParameter || storage_global_dtype(full);
+  if (!allowed) {
+    fail("refusing to load global '" + full + "': " +
+         (dialect_ == PickleDialect::kDcpMetadata
+              ? "DCP's metadata is read with only its own classes, torch.Size, dtypes, layouts, "
+                "memory formats and paths allowed"
+              : "only tensors, OrderedDict and plain values are loaded (as "
+                "torch.load(weights_only=True) does)"));
   }
   push(Node{Node::kGlobal, c10::IValue(full), {}});
 }
@@ -45,6 +100,8 @@ void PickleReader::op_reduce() {
   if (f == kOrderedDict) {
     if (!a.empty()) fail("OrderedDict(...) with arguments is not read (torch.save writes none)");
     push(Node{Node::kDict, {}, {}});
+  } else if (dialect_ == PickleDialect::kDcpMetadata) {
+    if (!reduce_dcp(f, a)) fail("cannot call " + f);
   } else if (f == kRebuildParameter) {  // (data, requires_grad, hooks): the tensor itself
     if (a.empty() || !node(a[0]).value.isTensor()) fail("malformed _rebuild_parameter");
     stack_.push_back(a[0]);
@@ -55,11 +112,58 @@ void PickleReader::op_reduce() {
   }
 }
 
-// Python's BUILD sets an object's attributes; the only ones read are a dict's (an OrderedDict's
-// _metadata), kept for load_state_dict. Tensors and other targets ignore their state.
+// The calls DCP's metadata makes, each answered with what it names: torch.Size(tuple) is the
+// tuple; _get_layout('torch.strided'), getattr(_MEM_FORMAT_ENCODING, 'TORCH_CONTIGUOUS_FORMAT')
+// and PosixPath('a', 'b') their strings ('torch.strided', 'TORCH_CONTIGUOUS_FORMAT', 'a/b').
+bool PickleReader::reduce_dcp(const std::string& f, const std::vector<NodeId>& a) {
+  const auto is_string = [&](NodeId id) { return node(id).value.isString(); };
+  if (f == kTorchSize) {
+    if (a.size() != 1 || node(a[0]).kind != Node::kTuple) fail("malformed torch.Size(...)");
+    stack_.push_back(a[0]);
+  } else if (f == kGetLayout) {
+    if (a.size() != 1 || !is_string(a[0])) fail("malformed _get_layout(...)");
+    stack_.push_back(a[0]);
+  } else if (f == kGetattr) {
+    if (a.size() != 2 || node(a[0]).kind != Node::kGlobal ||
+        node(a[0]).value.toStringRef() != kMemoryFormats || !is_string(a[1])) {
+      fail("getattr(...) is read only for a memory format of DCP's _MEM_FORMAT_ENCODING");
+    }
+    stack_.push_back(a[1]);
+  } else if (f == kPosixPath || f == kWindowsPath) {
+    std::string path;
+    for (const NodeId part : a) {
+      if (!is_string(part)) fail("a path made of something other than strings");
+      path += (path.empty() ? "" : "/") + node(part).value.toStringRef();
+    }
+    push_value(path);
+  } else {
+    return false;
+  }
+  return true;
+}
+
+// NEWOBJ: cls.__new__(cls) for one of DCP's dataclasses, whose fields BUILD then sets.
+void PickleReader::op_newobj() {
+  const NodeId args = pop(), cls = pop();
+  if (dialect_ != PickleDialect::kDcpMetadata || node(cls).kind != Node::kGlobal ||
+      !dcp_class(node(cls).value.toStringRef())) {
+    fail("NEWOBJ is read only for DCP's metadata classes");
+  }
+  if (node(args).kind != Node::kTuple || !node(args).items.empty()) {
+    fail("NEWOBJ with arguments (DCP's classes take none)");
+  }
+  push(Node{Node::kObject, node(cls).value, {}});
+}
+
+// Python's BUILD sets an object's attributes. A DCP object keeps its state (once); of the
+// others, only a dict's is read (an OrderedDict's _metadata, kept for load_state_dict). Tensors
+// and other targets ignore their state.
 void PickleReader::op_build() {
   const NodeId state = pop(), target = top();
-  if (node(target).kind == Node::kDict && node(state).kind == Node::kDict) {
+  if (node(target).kind == Node::kObject) {
+    if (!node(target).items.empty()) fail("an object built twice");
+    graph_[target].items.push_back(state);
+  } else if (node(target).kind == Node::kDict && node(state).kind == Node::kDict) {
     dict_states_.emplace_back(target, state);
   }
 }

@@ -12,14 +12,16 @@ namespace {
 
 struct StorageName {
   c10::ScalarType dtype;
-  const char* name;
+  const char* name;         // torch.<name>Storage
+  const char* python_name;  // torch.<python_name>, the dtype
 };
 
 constexpr StorageName kStorageNames[] = {
-    {c10::kFloat, "Float"},       {c10::kDouble, "Double"}, {c10::kHalf, "Half"},
-    {c10::kBFloat16, "BFloat16"}, {c10::kLong, "Long"},     {c10::kInt, "Int"},
-    {c10::kShort, "Short"},       {c10::kChar, "Char"},     {c10::kByte, "Byte"},
-    {c10::kBool, "Bool"},
+    {c10::kFloat, "Float", "float32"},       {c10::kDouble, "Double", "float64"},
+    {c10::kHalf, "Half", "float16"},         {c10::kBFloat16, "BFloat16", "bfloat16"},
+    {c10::kLong, "Long", "int64"},           {c10::kInt, "Int", "int32"},
+    {c10::kShort, "Short", "int16"},         {c10::kChar, "Char", "int8"},
+    {c10::kByte, "Byte", "uint8"},           {c10::kBool, "Bool", "bool"},
 };
 
 class Writer {
@@ -159,6 +161,20 @@ std::string storage_type_name(c10::ScalarType dtype) {
 std::optional<c10::ScalarType> storage_dtype_named(const std::string& name) {
   for (const auto& s : kStorageNames) {
     if (s.name == name) return s.dtype;
+  }
+  return std::nullopt;
+}
+
+std::string dtype_python_name(c10::ScalarType dtype) {
+  for (const auto& s : kStorageNames) {
+    if (s.dtype == dtype) return s.python_name;
+  }
+  TORCH_CHECK(false, "no Python name for dtype ", dtype, " among those dpx's files hold");
+}
+
+std::optional<c10::ScalarType> dtype_named(const std::string& python_name) {
+  for (const auto& s : kStorageNames) {
+    if (s.python_name == python_name) return s.dtype;
   }
   return std::nullopt;
 }

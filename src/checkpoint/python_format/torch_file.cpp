@@ -84,13 +84,8 @@ Unpickled read_zip(const std::string& bytes, const std::string& what,
 
 }  // namespace
 
-Unpickled read_torch_file(const std::string& path, const TorchLoadLimits& limits) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw CheckpointError("torch_load: cannot open " + path);
-  const std::string what = "torch_load " + path;
-  std::ostringstream buffer;
-  buffer << in.rdbuf();
-  const std::string bytes = buffer.str();
+Unpickled read_torch_bytes(const std::string& bytes, const std::string& what,
+                           const TorchLoadLimits& limits) {
   verify_zip_crcs(bytes, what);
   try {
     return read_zip(bytes, what, limits);
@@ -102,6 +97,14 @@ Unpickled read_torch_file(const std::string& path, const TorchLoadLimits& limits
                           "format): " +
                           e.what_without_backtrace());
   }
+}
+
+Unpickled read_torch_file(const std::string& path, const TorchLoadLimits& limits) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw CheckpointError("torch_load: cannot open " + path);
+  std::ostringstream buffer;
+  buffer << in.rdbuf();
+  return read_torch_bytes(buffer.str(), "torch_load " + path, limits);
 }
 
 }  // namespace detail

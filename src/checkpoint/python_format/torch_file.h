@@ -9,6 +9,10 @@
 namespace dpx::detail {
 
 Unpickled read_torch_file(const std::string& path, const TorchLoadLimits& limits);
+// The same from the file's bytes in memory (e.g. one record of a DCP .distcp file); `what`
+// names them in errors.
+Unpickled read_torch_bytes(const std::string& bytes, const std::string& what,
+                           const TorchLoadLimits& limits);
 
 // The format a checkpoint path names: safetensors for ".safetensors", torch.save's otherwise.
 bool is_safetensors(const std::string& path);

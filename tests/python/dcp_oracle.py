@@ -1,0 +1,152 @@
+"""PyTorch's torch.distributed.checkpoint (DCP): the oracle of tests/unit/dcp_test.cpp.
+
+    dcp_oracle.py write DIR   (DIR exists; tests/support/python_oracle.h's python_output_once)
+
+writes, with this Python's PyTorch, into DIR:
+  expected.pt  the model's state dict (torch.save): what every checkpoint below holds under "model."
+  one/         dcp.save({"model": state_dict, "step": 7}) from one process
+  three/       the same model sharded by fully_shard (FSDP2) on 3 gloo ranks (one process each),
+               dcp.save'd the same way: 7 rows split 3, 3, 1; 2 rows split 1, 1, 0 (rank 2 holds an
+               empty shard); the bfloat16 layer its own unit
+  hostile_<name>/  copies of one/ with .metadata or a .distcp broken as <name> says; dpx must
+               refuse each with a CheckpointError. hostile_global's pickle would create DIR/pwned
+               if anything ran it.
+The model is nn.Sequential(Linear(6, 7), Tanh(), Linear(7, 2), Linear(2, 5) in bfloat16), its
+parameters set to arange-based values. Exit status 0 only if every part was written.
+"""
+import copy
+import os
+import pickle
+import shutil
+import subprocess
+import sys
+
+import torch
+import torch.distributed as dist
+import torch.distributed.checkpoint as dcp
+
+
+def model():
+    m = torch.nn.Sequential(torch.nn.Linear(6, 7), torch.nn.Tanh(), torch.nn.Linear(7, 2),
+                            torch.nn.Linear(2, 5))
+    m[3].to(torch.bfloat16)
+    with torch.no_grad():
+        for i, p in enumerate(m.parameters()):
+            p.copy_((torch.arange(p.numel(), dtype=torch.float64).reshape(p.shape) * 0.37 - i)
+                    .to(p.dtype))
+    return m
+
+
+def run_rank(rank, folder):
+    from torch.distributed.fsdp import fully_shard
+    dist.init_process_group("gloo", init_method=f"file://{folder}/store", rank=rank, world_size=3)
+    m = model()
+    fully_shard(m[3])
+    fully_shard(m)
+    dcp.save({"model": m.state_dict(), "step": 7}, checkpoint_id=f"{folder}/three")
+    dist.destroy_process_group()
+
+
+def save_metadata(folder, metadata):
+    with open(f"{folder}/.metadata", "wb") as f:
+        pickle.dump(metadata, f)
+
+
+def hostile(root):
+    """Each variant of one/ that a reader must refuse."""
+    from torch.distributed.checkpoint.metadata import ChunkStorageMetadata, MetadataIndex
+    good = dcp.FileSystemReader(f"{root}/one").read_metadata()
+
+    def variant(name, change):
+        folder = f"{root}/hostile_{name}"
+        shutil.copytree(f"{root}/one", folder)
+        m = copy.deepcopy(good)
+        if change(m, folder) is not False:
+            save_metadata(folder, m)
+
+    w = "model.0.weight"
+
+    def overlap(m, _):  # two chunks sharing row 3, as many elements as the tensor in all
+        meta = m.state_dict_metadata[w]
+        meta.chunks = [ChunkStorageMetadata(torch.Size([0, 0]), torch.Size([4, 6])),
+                       ChunkStorageMetadata(torch.Size([3, 0]), torch.Size([3, 6]))]
+        index = next(i for i in m.storage_data if i.fqn == w)
+        m.storage_data[MetadataIndex(w, torch.Size([3, 0]))] = m.storage_data[index]
+
+    def outside(m, _):
+        m.state_dict_metadata[w].chunks[0] = ChunkStorageMetadata(torch.Size([1, 0]),
+                                                                  torch.Size([7, 6]))
+
+    def huge(m, _):  # 2^61 rows claimed: no reader may allocate them
+        meta = m.state_dict_metadata[w]
+        meta.size = torch.Size([1 << 61, 6])
+        meta.chunks = [ChunkStorageMetadata(torch.Size([0, 0]), torch.Size([1 << 61, 6]))]
+
+    def uncovered(m, _):
+        meta = m.state_dict_metadata[w]
+        meta.size = torch.Size([8, 6])
+
+    def traversal(m, _):
+        for index, info in m.storage_data.items():
+            if index.fqn == w:
+                info.relative_path = "../one/__0_0.distcp"
+
+    def missing_file(m, folder):
+        for f in os.listdir(folder):
+            if f.endswith(".distcp"):
+                os.remove(f"{folder}/{f}")
+
+    def truncated(m, folder):
+        path = [f"{folder}/{f}" for f in os.listdir(folder) if f.endswith(".distcp")][0]
+        os.truncate(path, os.path.getsize(path) // 2)
+
+    def no_storage(m, _):
+        m.storage_data = {i: s for i, s in m.storage_data.items() if i.fqn != w}
+
+    def global_call(m, folder):  # a pickle that runs a shell command when loaded by pickle.load
+        code = (b"\x80\x04\x8c\x02os\x94\x8c\x06system\x94\x93\x94\x8c" +
+                bytes([len(f"touch {root}/pwned")]) + f"touch {root}/pwned".encode() +
+                b"\x94\x85\x94R\x94.")
+        with open(f"{folder}/.metadata", "wb") as f:
+            f.write(code)
+        return False
+
+    def deep(m, folder):  # lists nested 100,000 deep
+        n = 100_000
+        with open(f"{folder}/.metadata", "wb") as f:
+            f.write(b"\x80\x04" + b"]" * n + b"a" * (n - 1) + b".")
+        return False
+
+    for name, change in [("overlap", overlap), ("outside", outside), ("huge", huge),
+                         ("uncovered", uncovered), ("traversal", traversal),
+                         ("missing_file", missing_file), ("truncated", truncated),
+                         ("no_storage", no_storage), ("global", global_call), ("deep", deep)]:
+        variant(name, change)
+
+
+def main():
+    if sys.argv[1] == "--rank":
+        run_rank(int(sys.argv[2]), sys.argv[3])
+        return 0
+    if sys.argv[1] != "write":
+        print(__doc__)
+        return 2
+    root = sys.argv[2]
+    m = model()
+    torch.save(dict(m.state_dict()), f"{root}/expected.pt")
+    dcp.save({"model": m.state_dict(), "step": 7}, checkpoint_id=f"{root}/one",
+             no_dist=True)
+    ranks = [subprocess.Popen([sys.executable, __file__, "--rank", str(r), root])
+             for r in range(3)]
+    try:
+        codes = [p.wait(timeout=150) for p in ranks]
+    finally:
+        for p in ranks:
+            if p.poll() is None:
+                p.kill()
+    hostile(root)
+    return 0 if all(c == 0 for c in codes) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
