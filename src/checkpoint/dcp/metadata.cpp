@@ -1,4 +1,4 @@
-// Note [DCP metadata]: from the unpickled graph to checked structs.
+// From the unpickled graph to checked structs (Note [DCP metadata] in metadata.h).
 #include "checkpoint/dcp/metadata.h"
 
 #include <sys/stat.h>
