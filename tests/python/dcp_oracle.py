@@ -1,8 +1,15 @@
-"""PyTorch's torch.distributed.checkpoint (DCP): the oracle of tests/unit/dcp_test.cpp.
+"""PyTorch's torch.distributed.checkpoint (DCP): the oracle of tests/unit/dcp_test.cpp (write)
+and tests/multiproc/dcp_save_test.cpp (check).
 
     dcp_oracle.py write DIR   (DIR exists; tests/support/python_oracle.h's python_output_once)
+    dcp_oracle.py check DIR M
 
-writes, with this Python's PyTorch, into DIR:
+check: loads every DCP checkpoint named in DIR/checkpoints.txt (one folder name a line, written
+by dpx) on M ranks, into the model below sharded by fully_shard (M > 1) or whole (M = 1), with
+dcp.load({"model": model.state_dict()}), and compares each tensor whole with DIR/expected.pt,
+dtype included. Exit status 0 only if every rank found every tensor equal.
+
+write: writes, with this Python's PyTorch, into DIR:
   expected.pt  the model's state dict (torch.save): what every checkpoint below holds under "model."
   one/         dcp.save({"model": state_dict, "step": 7}) from one process
   three/       the same model sharded by fully_shard (FSDP2) on 3 gloo ranks (one process each),
@@ -47,6 +54,34 @@ def run_rank(rank, folder):
     dist.destroy_process_group()
 
 
+def check_rank(rank, world, root):
+    from torch.distributed.tensor import DTensor
+    if world > 1:
+        from torch.distributed.fsdp import fully_shard
+        dist.init_process_group("gloo", init_method=f"file://{root}/store-check-{world}",
+                                rank=rank, world_size=world)
+    expected = torch.load(f"{root}/expected.pt", weights_only=True)
+    ok = True
+    for name in open(f"{root}/checkpoints.txt").read().split():
+        m = model()
+        with torch.no_grad():
+            for p in m.parameters():
+                p.zero_()
+        if world > 1:
+            fully_shard(m[3])
+            fully_shard(m)
+        dcp.load({"model": m.state_dict()}, checkpoint_id=f"{root}/{name}", no_dist=world == 1)
+        for key, value in m.state_dict().items():
+            whole = value.full_tensor() if isinstance(value, DTensor) else value
+            want = expected[key]
+            if whole.dtype != want.dtype or not torch.equal(whole, want):
+                print(f"rank {rank} of {world}: {name}: {key} is {whole}, expected {want}")
+                ok = False
+    if world > 1:
+        dist.destroy_process_group()
+    return ok
+
+
 def save_metadata(folder, metadata):
     with open(f"{folder}/.metadata", "wb") as f:
         pickle.dump(metadata, f)
@@ -59,6 +94,7 @@ def hostile(root):
 
     def variant(name, change):
         folder = f"{root}/hostile_{name}"
+        shutil.rmtree(folder, ignore_errors=True)  # a previous attempt's
         shutil.copytree(f"{root}/one", folder)
         m = copy.deepcopy(good)
         if change(m, folder) is not False:
@@ -128,23 +164,44 @@ def main():
     if sys.argv[1] == "--rank":
         run_rank(int(sys.argv[2]), sys.argv[3])
         return 0
+    if sys.argv[1] == "--check-rank":
+        return 0 if check_rank(int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]) else 1
+    if sys.argv[1] == "check":
+        root, world = sys.argv[2], int(sys.argv[3])
+        fresh(f"{root}/store-check-{world}")
+        if world == 1:
+            return 0 if check_rank(0, 1, root) else 1
+        return wait_all([subprocess.Popen([sys.executable, __file__, "--check-rank", str(r),
+                                           str(world), root]) for r in range(world)])
     if sys.argv[1] != "write":
         print(__doc__)
         return 2
     root = sys.argv[2]
+    fresh(f"{root}/store")
     m = model()
     torch.save(dict(m.state_dict()), f"{root}/expected.pt")
     dcp.save({"model": m.state_dict(), "step": 7}, checkpoint_id=f"{root}/one",
              no_dist=True)
-    ranks = [subprocess.Popen([sys.executable, __file__, "--rank", str(r), root])
-             for r in range(3)]
+    code = wait_all([subprocess.Popen([sys.executable, __file__, "--rank", str(r), root])
+                     for r in range(3)])
+    hostile(root)
+    return code
+
+
+def fresh(store):
+    """A gloo file store must not hold a previous attempt's keys."""
+    if os.path.exists(store):
+        os.remove(store)
+
+
+def wait_all(ranks):
+    """0 when every rank exited 0; a rank still running after 150 s is killed."""
     try:
         codes = [p.wait(timeout=150) for p in ranks]
     finally:
         for p in ranks:
             if p.poll() is None:
                 p.kill()
-    hostile(root)
     return 0 if all(c == 0 for c in codes) else 1
 
 

@@ -31,7 +31,8 @@ class DcpTest : public ::testing::Test {
     if (dir_.empty()) {
       dir_ = dpx::test::python_output_once({.script = "dcp_oracle.py",
                                             .args = {"write"},
-                                            .timeout = std::chrono::seconds(240)});
+                                            .timeout = std::chrono::seconds(240),
+                                            .attempts = 2});
     }
     ASSERT_FALSE(dir_.empty()) << "tests/python/dcp_oracle.py failed (its output is above)";
   }

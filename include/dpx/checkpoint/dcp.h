@@ -4,20 +4,30 @@
 //   // Python: dcp.save({"model": model.state_dict()}, checkpoint_id="ckpt")   (FSDP2 or not)
 //   dpx::dcp_load_state_dict(*net, "ckpt", {.prefix = "model."});  // one process, whole module
 //
+//   // C++, every rank of a fully_shard or DDP job:
+//   dpx::dcp_save_state_dict(*net, "ckpt", pg, {.prefix = "model."});
+//   // Python, on any number of ranks: dcp.load({"model": model.state_dict()}, checkpoint_id="ckpt")
+//
 // What is read: the tensors, each assembled from the chunks its writers held (any number of
 // writers, shards of any size, empty ones included). The `.metadata` pickle is untrusted input
 // and is read without running it (Note [DCP metadata] in src/checkpoint/dcp/metadata.h lists
-// what is refused). Not yet: writing DCP checkpoints, loading into fully_shard's shards,
-// optimizer state, asynchronous saves; the safetensors form (docs/checkpoint.md).
+// what is refused). What is written: a fully_shard module's parameters as each rank's shard,
+// replicated tensors (a DDP module's, buffers) once, spread over the ranks. Not yet: optimizer
+// state, asynchronous saves, the safetensors form (docs/checkpoint.md).
 #pragma once
 
 #include <torch/nn/module.h>
 
+#include <chrono>
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "dpx/checkpoint/checkpoint_file.h"
 #include "dpx/checkpoint/python_format.h"
+#include "dpx/comm/process_group.h"
+#include "dpx/store/types.h"
 
 namespace dpx {
 
@@ -36,10 +46,34 @@ std::vector<std::pair<std::string, at::Tensor>> dcp_read_tensors(
     const std::string& directory, const std::string& prefix = "",
     const TorchLoadLimits& limits = {});
 
-// Loads those tensors into an unsharded module on one process with load_state_dict's rules
-// (names, shapes, dtype conversion, strict). A CheckpointError says what is wrong with the
-// directory, naming the file.
+// Loads the checkpoint into `module` with load_state_dict's rules (names, shapes, dtype
+// conversion, strict). An unsharded module on one process gets every tensor whole. A fully_shard
+// module (on any number of ranks, whatever the number that saved) gets on each rank the rows of
+// its shards, read from the chunks that hold them and no others; not collective. A
+// CheckpointError says what is wrong with the directory, naming the file; the module is
+// unchanged unless everything was read.
 LoadStateDictResult dcp_load_state_dict(torch::nn::Module& module, const std::string& directory,
                                         const DcpLoadOptions& options = {});
+
+struct DcpSaveOptions {
+  // Put before every key, as dcp.save({"model": state_dict}) names them: "model." makes
+  // "fc1.weight" the checkpoint's "model.fc1.weight". A Python job loads it with
+  // dcp.load({"model": model.state_dict()}, ...).
+  std::string prefix;
+  std::chrono::milliseconds timeout = kDefaultTimeout;  // the collectives that gather the layout
+  CheckpointWriteOptions write;                         // test hooks (each rank's file)
+};
+
+// Writes `module`'s state dict to `directory` as torch.distributed.checkpoint.save does.
+// Collective over `process_group` (null: a fully_shard module's own group, or one process).
+// Each rank writes __<rank>_0.distcp atomically: the rows it holds of each sharded parameter,
+// and the replicated tensors it was given (each written by one rank, in turn). Then rank 0
+// writes .metadata last, atomically, after every rank's file is complete; until then the
+// directory is no checkpoint (an older .metadata there is removed first). A rank that fails
+// makes every rank throw. To keep the previous checkpoint loadable while a new one is written,
+// give each save its own directory.
+void dcp_save_state_dict(const torch::nn::Module& module, const std::string& directory,
+                         std::shared_ptr<ProcessGroup> process_group,
+                         const DcpSaveOptions& options = {});
 
 }  // namespace dpx

@@ -1,12 +1,17 @@
-// Reading a DCP checkpoint's tensors whole (dcp.h): each chunk's bytes, where the metadata says
-// they are, are a torch.save archive of that chunk, read with the restricted reader.
+// Reading a DCP checkpoint (dcp.h): each chunk's bytes, where the metadata says they are, are a
+// torch.save archive of that chunk, read with the restricted reader; a tensor is assembled whole,
+// or, for a fully_shard module, as the rows this rank holds, from the chunks that overlap them.
 #include <sys/stat.h>
 
+#include <algorithm>
 #include <fstream>
 #include <map>
+#include <set>
+#include <unordered_map>
 
 #include "dpx/checkpoint/dcp.h"
 #include "dpx/errors.h"
+#include "dpx/fsdp/fsdp_state_dict.h"
 #include "checkpoint/dcp/metadata.h"
 #include "checkpoint/python_format/torch_file.h"
 
@@ -66,11 +71,27 @@ class ChunkFiles {
   std::map<std::string, File> files_;
 };
 
-at::Tensor read_whole(const detail::dcp::TensorEntry& entry, const std::string& fqn,
-                      ChunkFiles& files, const TorchLoadLimits& limits) {
-  for (const auto& chunk : entry.chunks) files.check(chunk.storage, fqn);
-  auto whole = at::empty(entry.size, at::TensorOptions(entry.dtype));
+// Rows [first, first + rows) of dimension 0 of the tensor (all of a 0-dim one), from the chunks
+// that hold any of them: the others' bytes are not read.
+at::Tensor read_rows(const detail::dcp::TensorEntry& entry, const std::string& fqn,
+                     ChunkFiles& files, const TorchLoadLimits& limits, int64_t first,
+                     int64_t rows) {
+  const bool scalar = entry.size.empty();
+  const auto overlap = [&](const detail::dcp::Chunk& c) {
+    if (scalar) return std::pair<int64_t, int64_t>{0, 1};
+    return std::pair<int64_t, int64_t>{std::max(first, c.offsets[0]),
+                                       std::min(first + rows, c.offsets[0] + c.sizes[0])};
+  };
   for (const auto& chunk : entry.chunks) {
+    const auto [lo, hi] = overlap(chunk);
+    if (lo < hi) files.check(chunk.storage, fqn);
+  }
+  auto sizes = entry.size;
+  if (!scalar) sizes[0] = rows;
+  auto out = at::empty(sizes, at::TensorOptions(entry.dtype));
+  for (const auto& chunk : entry.chunks) {
+    const auto [lo, hi] = overlap(chunk);
+    if (lo >= hi) continue;
     const std::string what = "chunk of " + fqn + " in " + chunk.storage.relative_path;
     const auto value = detail::read_torch_bytes(files.read(chunk.storage, fqn), what, limits).value;
     if (!value.isTensor()) throw CheckpointError(what + " does not hold a tensor");
@@ -81,13 +102,72 @@ at::Tensor read_whole(const detail::dcp::TensorEntry& entry, const std::string& 
                             c10::toString(entry.dtype) + " " +
                             c10::str(at::IntArrayRef(chunk.sizes)));
     }
-    auto target = whole;
-    for (size_t d = 0; d < chunk.offsets.size(); ++d) {
+    if (scalar) {
+      out.copy_(part);
+      continue;
+    }
+    auto source = part.narrow(0, lo - chunk.offsets[0], hi - lo);
+    auto target = out.narrow(0, lo - first, hi - lo);
+    for (size_t d = 1; d < chunk.offsets.size(); ++d) {
       target = target.narrow(static_cast<int64_t>(d), chunk.offsets[d], chunk.sizes[d]);
     }
-    target.copy_(part);
+    target.copy_(source);
   }
-  return whole;
+  return out;
+}
+
+at::Tensor read_whole(const detail::dcp::TensorEntry& entry, const std::string& fqn,
+                      ChunkFiles& files, const TorchLoadLimits& limits) {
+  return read_rows(entry, fqn, files, limits, 0, entry.size.empty() ? 1 : entry.size[0]);
+}
+
+// Into a fully_shard module: each rank reads the rows of its shards (and buffers and unsharded
+// parameters whole), with the strictness of load_state_dict.
+LoadStateDictResult load_sharded(torch::nn::Module& module, const std::string& directory,
+                                 const DcpLoadOptions& options) {
+  const auto metadata = detail::dcp::read_metadata(directory, options.limits);
+  std::unordered_map<const c10::TensorImpl*, ParameterShard> shards;
+  for (auto& s : parameter_shards(module)) {
+    if (s.sharded) shards.emplace(s.param.unsafeGetTensorImpl(), std::move(s));
+  }
+  const auto entries = state_dict(module);
+  LoadStateDictResult result;
+  std::set<std::string> names;
+  for (const auto& [name, t] : entries) {
+    names.insert(options.prefix + name);
+    if (!metadata.tensors.count(options.prefix + name)) result.missing_keys.push_back(name);
+  }
+  for (const auto& [fqn, entry] : metadata.tensors) {
+    if (fqn.rfind(options.prefix, 0) == 0 && !names.count(fqn)) {
+      result.unexpected_keys.push_back(fqn.substr(options.prefix.size()));
+    }
+  }
+  if (options.strict && (!result.missing_keys.empty() || !result.unexpected_keys.empty())) {
+    std::string msg = "loading " + directory + " into a sharded module:";
+    for (const auto& k : result.missing_keys) msg += " missing " + k + ";";
+    for (const auto& k : result.unexpected_keys) msg += " unexpected " + k + ";";
+    throw CheckpointError(msg + " (DcpLoadOptions::strict = false loads the others)");
+  }
+  ChunkFiles files(directory);
+  std::vector<std::pair<at::Tensor, at::Tensor>> copies;  // (target, value): all read first
+  for (const auto& [name, t] : entries) {
+    const auto found = metadata.tensors.find(options.prefix + name);
+    if (found == metadata.tensors.end()) continue;
+    const auto shard = shards.find(t.unsafeGetTensorImpl());
+    const auto whole = shard == shards.end() ? t.sizes().vec() : shard->second.full_sizes;
+    if (whole != found->second.size) {
+      throw CheckpointError(directory + ": " + found->first + " has shape " +
+                            c10::str(at::IntArrayRef(found->second.size)) + " there, " +
+                            c10::str(at::IntArrayRef(whole)) + " in the module");
+    }
+    const int64_t first = shard == shards.end() ? 0 : shard->second.row_offset;
+    const int64_t rows = t.dim() == 0 ? 1 : t.size(0);
+    copies.emplace_back(t, read_rows(found->second, found->first, files, options.limits, first,
+                                     rows));
+  }
+  at::NoGradGuard no_grad;  // nothing changes unless everything was read
+  for (auto& [target, value] : copies) target.copy_(value);
+  return result;
 }
 
 }  // namespace
@@ -107,6 +187,7 @@ std::vector<std::pair<std::string, at::Tensor>> dcp_read_tensors(const std::stri
 
 LoadStateDictResult dcp_load_state_dict(torch::nn::Module& module, const std::string& directory,
                                         const DcpLoadOptions& options) {
+  if (fsdp_process_group(module)) return load_sharded(module, directory, options);
   LoadStateDictOptions load;
   load.strict = options.strict;
   load.limits = options.limits;

@@ -58,7 +58,18 @@ struct Metadata {
   std::map<std::string, TensorEntry> tensors;
   std::map<std::string, StorageInfo> objects;  // BytesStorageMetadata entries
   std::string version;
+  // Each key's place in the nested dict that was saved ("model.fc.weight" -> {"model",
+  // "fc.weight"}): written for dcp_to_torch_save and friends, not read (loading needs only keys).
+  std::map<std::string, std::vector<std::string>> planner_data;
 };
+
+// The version of DCP's format that dpx writes (PyTorch 2.4 to 2.15 write and read it).
+constexpr const char* kDcpVersion = "1.0.0";
+
+// `m` as PyTorch's pickle.load reads it into its Metadata (protocol 2: globals, NEWOBJ and
+// BUILD for the dataclasses; TensorProperties' 5-field state, which PyTorch 2.11 and 2.15 both
+// accept). Objects (BytesStorageMetadata) are not written.
+std::string pickle_metadata(const Metadata& m);
 
 // The pickle's bytes; `what` names the file in errors.
 Metadata parse_metadata(const std::string& pickle, const std::string& what,

@@ -15,6 +15,12 @@ namespace dpx {
 
 void torch_save(const c10::IValue& value, const std::string& path,
                 const CheckpointWriteOptions& write) {
+  write_file_atomically(path, detail::torch_save_bytes(value), write);
+}
+
+namespace detail {
+
+std::string torch_save_bytes(const c10::IValue& value) {
   std::vector<at::Tensor> storages;
   const std::string pickle = detail::pickle_dump(value, storages);
   std::string bytes;
@@ -31,8 +37,10 @@ void torch_save(const c10::IValue& value, const std::string& path,
     }
     writer.writeEndOfFile();
   }
-  write_file_atomically(path, bytes, write);
+  return bytes;
 }
+
+}  // namespace detail
 
 namespace detail {
 

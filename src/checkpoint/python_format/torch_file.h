@@ -14,6 +14,9 @@ Unpickled read_torch_file(const std::string& path, const TorchLoadLimits& limits
 Unpickled read_torch_bytes(const std::string& bytes, const std::string& what,
                            const TorchLoadLimits& limits);
 
+// What torch_save writes to a file, in memory (e.g. one chunk of a DCP .distcp file).
+std::string torch_save_bytes(const c10::IValue& value);
+
 // The format a checkpoint path names: safetensors for ".safetensors", torch.save's otherwise.
 bool is_safetensors(const std::string& path);
 

@@ -29,14 +29,16 @@ void control_broadcast(ProcessGroup& pg, at::Tensor& cpu, int root,
   cpu.copy_(device);
 }
 
-void control_allgather(ProcessGroup& pg, at::Tensor& output, const at::Tensor& input) {
+void control_allgather(ProcessGroup& pg, at::Tensor& output, const at::Tensor& input,
+                       std::optional<std::chrono::milliseconds> timeout) {
+  const auto limit = timeout.value_or(pg.options().timeout);
   if (on_host(pg)) {
-    pg.allgather(output, input)->wait();
+    pg.allgather(output, input)->wait(limit);
     return;
   }
   at::Tensor in = input.to(pg.options().device);
   at::Tensor out = at::empty(output.sizes(), output.options().device(pg.options().device));
-  pg.allgather(out, in)->wait();
+  pg.allgather(out, in)->wait(limit);
   output.copy_(out);
 }
 

@@ -24,6 +24,7 @@ std::shared_ptr<Work> control_allreduce(ProcessGroup& pg, at::Tensor& cpu,
 // Blocking; `timeout` nullopt is the group's.
 void control_broadcast(ProcessGroup& pg, at::Tensor& cpu, int root,
                        std::optional<std::chrono::milliseconds> timeout = std::nullopt);
-void control_allgather(ProcessGroup& pg, at::Tensor& output, const at::Tensor& input);
+void control_allgather(ProcessGroup& pg, at::Tensor& output, const at::Tensor& input,
+                       std::optional<std::chrono::milliseconds> timeout = std::nullopt);
 
 }  // namespace dpx::detail

@@ -1,0 +1,154 @@
+// DCP checkpoints written by dpx: fully_shard modules (each rank its rows, uneven and empty
+// shards, a bfloat16 unit) and replicated ones (each tensor written once) on 2 and 3 ranks,
+// read by PyTorch 2.15's dcp.load into FSDP2 models on 1, 2, 3 and 4 ranks
+// (tests/python/dcp_oracle.py check: one Python launch per world size for every checkpoint) and
+// by dpx itself; PyTorch's FSDP2 checkpoint resharded into dpx's fully_shard; and a save cut
+// short by a killed rank, which leaves no .metadata.
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include <fstream>
+
+#include "dpx/checkpoint/dcp.h"
+#include "dpx/checkpoint/python_format.h"
+#include "dpx/comm/init.h"
+#include "dpx/fsdp/fsdp_state_dict.h"
+#include "dpx/fsdp/fully_shard.h"
+#include "dpx/runtime/files.h"
+#include "support/harness.h"
+#include "support/python_oracle.h"
+#include "support/temp_dir.h"
+
+namespace dpx::dcp_save_test {
+namespace {
+
+// tests/python/dcp_oracle.py's model and values.
+torch::nn::Sequential oracle_model() {
+  torch::nn::Sequential m(torch::nn::Linear(6, 7), torch::nn::Tanh(), torch::nn::Linear(7, 2),
+                          torch::nn::Linear(2, 5));
+  m[3]->to(torch::kBFloat16);
+  torch::NoGradGuard no_grad;
+  int64_t i = 0;
+  for (auto& p : m->parameters()) {
+    p.copy_((torch::arange(p.numel(), torch::kDouble).reshape(p.sizes()) * 0.37 -
+             static_cast<double>(i++))
+                .to(p.scalar_type()));
+  }
+  return m;
+}
+
+// `world` ranks save the oracle model to dir/sharded-<world> (fully_shard) and
+// dir/replicated-<world> (the whole module on every rank, as under DDP).
+void save_on(int world, const std::string& dir) {
+  test::StoreServer server;
+  test::expect_all_ok(test::run_processes(world, [&](int rank) {
+    torch::set_num_threads(1);
+    auto pg = new_process_group("shm", server.client(), rank, world);
+    auto whole = oracle_model();
+    dcp_save_state_dict(*whole, dir + "/replicated-" + std::to_string(world), pg,
+                        {.prefix = "model."});
+    auto sharded = oracle_model();
+    fully_shard(sharded[3], pg);
+    fully_shard(sharded.ptr(), pg);
+    dcp_save_state_dict(*sharded, dir + "/sharded-" + std::to_string(world), nullptr,
+                        {.prefix = "model."});
+  }));
+}
+
+TEST(DcpSave, PyTorchLoadsWhatDpxWroteOnAnyWorldSize) {
+  DPX_SKIP_UNLESS_PYTHON_HAS(DPX_PYTHON, "torch.distributed.checkpoint");
+  test::TempDir dir;
+  {
+    auto dict = c10::impl::GenericDict(c10::StringType::get(), c10::TensorType::get());
+    for (const auto& [name, t] : state_dict(*oracle_model())) dict.insert(name, t);
+    torch_save(dict, dir / "expected.pt");
+  }
+  std::vector<std::string> names;
+  for (const int world : {2, 3}) {
+    save_on(world, dir.path());
+    for (const char* kind : {"sharded-", "replicated-"}) names.push_back(kind + std::to_string(world));
+  }
+  {
+    std::ofstream list(dir / "checkpoints.txt");
+    for (const auto& name : names) list << name << "\n";
+  }
+  for (const int world : {1, 2, 3, 4}) {
+    EXPECT_TRUE(test::run_python({.script = "dcp_oracle.py",
+                                  .args = {"check", dir.path(), std::to_string(world)},
+                                  .timeout = std::chrono::seconds(180),
+                                  // PyTorch's gloo aborts its own process on a loaded machine
+                                  .attempts = 2})
+                    .ok())
+        << "PyTorch's dcp.load on " << world << " rank(s) (its output is above)";
+  }
+  for (const auto& name : names) {  // dpx reads its own checkpoints whole, too
+    auto m = torch::nn::Sequential(torch::nn::Linear(6, 7), torch::nn::Tanh(),
+                                   torch::nn::Linear(7, 2), torch::nn::Linear(2, 5));
+    m[3]->to(torch::kBFloat16);
+    dcp_load_state_dict(*m, dir / name, {.prefix = "model."});
+    const auto expected = state_dict(*oracle_model());
+    const auto ours = state_dict(*m);
+    for (size_t i = 0; i < ours.size(); ++i) {
+      EXPECT_TRUE(torch::equal(ours[i].second, expected[i].second)) << name << " " << ours[i].first;
+    }
+  }
+}
+
+// PyTorch's FSDP2 checkpoint of 3 ranks (dcp_oracle.py write), resharded into dpx's fully_shard
+// on 2 and 4 ranks: every rank reads only its rows; gathered whole, they are PyTorch's values.
+TEST(DcpSave, DpxReshardsAPyTorchCheckpointOnOtherWorldSizes) {
+  DPX_SKIP_UNLESS_PYTHON_HAS(DPX_PYTHON, "torch.distributed.checkpoint");
+  const std::string oracle = test::python_output_once(
+      {.script = "dcp_oracle.py", .args = {"write"}, .timeout = std::chrono::seconds(240),
+       .attempts = 2});
+  ASSERT_FALSE(oracle.empty()) << "tests/python/dcp_oracle.py write failed (output above)";
+  const auto expected = torch_load(oracle + "/expected.pt").toGenericDict();
+  for (const int world : {2, 4}) {
+    SCOPED_TRACE("world " + std::to_string(world));
+    test::StoreServer server;
+    test::expect_all_ok(test::run_processes(world, [&](int rank) {
+      torch::set_num_threads(1);
+      auto pg = new_process_group("shm", server.client(), rank, world);
+      auto m = oracle_model();
+      fully_shard(m[3], pg);
+      fully_shard(m.ptr(), pg);
+      {
+        torch::NoGradGuard no_grad;
+        for (auto& p : m->parameters()) p.zero_();
+      }
+      const auto result = dcp_load_state_dict(*m, oracle + "/three", {.prefix = "model."});
+      EXPECT_TRUE(result.missing_keys.empty());
+      for (const auto& [name, t] : full_state_dict(*m, {.rank0_only = false})) {
+        EXPECT_TRUE(torch::equal(t, expected.at(name).toTensor())) << name << ": " << t;
+      }
+    }));
+  }
+}
+
+TEST(DcpSave, ARankKilledMidWriteLeavesNoCheckpoint) {
+  test::TempDir dir;
+  const std::string ckpt = dir / "step-2";
+  test::StoreServer server;
+  const auto results = test::run_processes(2, [&](int rank) {
+    torch::set_num_threads(1);
+    auto pg = new_process_group("shm", server.client(), rank, 2,
+                                test::with_timeout(std::chrono::seconds(5)));
+    auto m = oracle_model();
+    DcpSaveOptions options{.prefix = "model.", .timeout = std::chrono::seconds(5)};
+    if (rank == 1) options.write.after_partial_write = [] { test::kill_this_rank(); };
+    dcp_save_state_dict(*m, ckpt, pg, options);
+  });
+  ASSERT_EQ(results.size(), 2u);
+  EXPECT_NE(results[0].exit_code, 0) << "rank 0 returned from a save its peer never finished";
+  EXPECT_FALSE(path_exists(ckpt + "/.metadata"));
+  auto m = oracle_model();
+  try {
+    dcp_load_state_dict(*m, ckpt);
+    ADD_FAILURE() << "a checkpoint cut short loaded";
+  } catch (const CheckpointError& e) {
+    EXPECT_NE(std::string(e.what()).find("no .metadata file"), std::string::npos) << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace dpx::dcp_save_test
