@@ -3,7 +3,12 @@
 // (tests/support/bounded_child.h). A file must load or end in a dpx::CheckpointError; a crash,
 // a hang, an exhausted limit or any other exception is a failure, kept for replay.
 //
-//   dpx_pickle_fuzz [--files N] [--seed S] [--python PY] [--keep DIR] [--replay FILE]...
+//   dpx_pickle_fuzz [--dcp] [--files N] [--seed S] [--python PY] [--keep DIR] [--replay FILE]...
+//
+// --dcp fuzzes the reader of DCP checkpoints (dpx::dcp_read_tensors) instead: the seeds are
+// checkpoint folders (dpx's own, and with --python the oracle's, protocol 4), and each file is a
+// seed's .metadata mutated as below and read with the seed's .distcp files beside it. A replayed
+// file is then a .metadata, read in a folder of the seed dpx writes.
 //
 // Seeds: files dpx writes, pickles in Python's style, and with --python the oracle's files
 // written by that PyTorch. Of each file: 70% a seed's pickle mutated (bits, bytes, opcodes,
@@ -17,13 +22,16 @@
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <functional>
 #include <iterator>
 #include <map>
 #include <random>
 
 #include "support/bounded_child.h"
 #include "fuzz/pickle_seeds.h"
+#include "dpx/checkpoint/dcp.h"
 #include "dpx/checkpoint/python_format.h"
+#include "support/python_oracle.h"
 
 namespace {
 
@@ -123,6 +131,16 @@ const char* make_file(const std::string& path, Rng& rng, const std::vector<SeedF
 }
 
 // In the child: 0 loaded, 1 refused with a CheckpointError; other exceptions escape.
+int load_dcp(const std::string& dir, std::string& message) {
+  try {
+    dpx::dcp_read_tensors(dir);
+    return 0;
+  } catch (const dpx::CheckpointError& e) {
+    message = e.what();
+    return 1;
+  }
+}
+
 int load(const std::string& path, std::string& message) {
   try {
     const auto v = dpx::torch_load(path);
@@ -138,6 +156,7 @@ int load(const std::string& path, std::string& message) {
 }
 
 struct Options {
+  bool dcp = false;
   long files = 1000;
   uint64_t seed = 1;
   std::string python, keep;
@@ -149,13 +168,14 @@ Options parse(int argc, char** argv) {
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     const bool has_value = i + 1 < argc;
-    if (a == "--files" && has_value) o.files = std::atol(argv[++i]);
+    if (a == "--dcp") o.dcp = true;
+    else if (a == "--files" && has_value) o.files = std::atol(argv[++i]);
     else if (a == "--seed" && has_value) o.seed = std::strtoull(argv[++i], nullptr, 10);
     else if (a == "--python" && has_value) o.python = argv[++i];
     else if (a == "--keep" && has_value) o.keep = argv[++i];
     else if (a == "--replay" && has_value) o.replay.push_back(argv[++i]);
     else {
-      std::fprintf(stderr, "usage: %s [--files N] [--seed S] [--python PY] [--keep DIR] "
+      std::fprintf(stderr, "usage: %s [--dcp] [--files N] [--seed S] [--python PY] [--keep DIR] "
                    "[--replay FILE]...\n", argv[0]);
       std::exit(2);
     }
@@ -191,6 +211,39 @@ bool add_python_seeds(const std::string& python, const std::string& dir,
   return true;
 }
 
+// DCP seeds: folders whose .metadata each case replaces (SeedFile::name is the folder).
+std::string read_bytes(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string((std::istreambuf_iterator<char>(in)), {});
+}
+
+std::string dpx_dcp_seed(const std::string& dir) {
+  torch::nn::Sequential model(torch::nn::Linear(3, 4), torch::nn::BatchNorm1d(4),
+                              torch::nn::Linear(4, 2));
+  model[2]->to(torch::kBFloat16);
+  dpx::dcp_save_state_dict(*model, dir, nullptr, {.prefix = "model."});
+  return dir;
+}
+
+std::vector<SeedFile> dcp_seeds(const std::string& dir, const std::string& python) {
+  std::vector<SeedFile> seeds;
+  seeds.push_back({dpx_dcp_seed(dir + "/dpx"), "", {}});
+  if (!python.empty() && dpx::test::why_python_lacks(python, "torch.distributed.checkpoint").empty()) {
+    const std::string oracle = dpx::test::python_output_once(
+        {.script = "dcp_oracle.py", .args = {"write"}, .python = python,
+         .timeout = std::chrono::seconds(240), .attempts = 2});
+    for (const char* name : {"one", "three"}) {
+      if (oracle.empty()) break;
+      const std::string copy = dir + "/" + name;  // the cache is shared: mutate a copy
+      if (std::system(("cp -r " + oracle + "/" + name + " " + copy).c_str()) == 0) {
+        seeds.push_back({copy, "", {}});
+      }
+    }
+  }
+  for (auto& s : seeds) s.pickle = read_bytes(s.name + "/.metadata");
+  return seeds;
+}
+
 struct Tally {
   std::map<std::string, long> kinds;
   long loaded = 0, refused = 0, failed = 0;
@@ -199,18 +252,30 @@ struct Tally {
 
 void fuzz_one(long i, Rng& rng, const std::vector<SeedFile>& seeds, const std::string& dir,
               const Options& options, const dpx::test::ChildLimits& limits, Tally& tally) {
-  const std::string path = dir + "/case.pt";
-  const char* kind = make_file(path, rng, seeds, dir + "/scratch.pt");
+  std::string path = dir + "/case.pt";
+  const char* kind = nullptr;
+  std::function<int(std::string&)> run;
+  if (options.dcp) {
+    const SeedFile& seed = seeds[pick(rng, seeds.size())];
+    kind = pick(rng, 10) == 0 ? "random pickle" : "mutated pickle";
+    path = seed.name + "/.metadata";
+    std::ofstream(path, std::ios::binary | std::ios::trunc)
+        << (kind[0] == 'r' ? random_pickle(rng) : mutated_pickle(seed, rng, seeds));
+    run = [&, folder = seed.name](std::string& m) { return load_dcp(folder, m); };
+  } else {
+    kind = make_file(path, rng, seeds, dir + "/scratch.pt");
+    run = [&](std::string& m) { return load(path, m); };
+  }
   ++tally.kinds[kind];
-  const auto r = dpx::test::run_bounded([&](std::string& m) { return load(path, m); }, limits);
+  const auto r = dpx::test::run_bounded(run, limits);
   tally.slowest = std::max(tally.slowest, r.seconds);
   if (r.exited(0) || r.exited(1)) {
     ++(r.exited(0) ? tally.loaded : tally.refused);
     return;
   }
   ++tally.failed;
-  const std::string kept =
-      (options.keep.empty() ? dir : options.keep) + "/failure-" + std::to_string(i) + ".pt";
+  const std::string kept = (options.keep.empty() ? dir : options.keep) + "/failure-" +
+                           std::to_string(i) + (options.dcp ? ".metadata" : ".pt");
   std::rename(path.c_str(), kept.c_str());
   std::printf("FAILED file %ld (%s, kept as %s): %s\n", i, kind, kept.c_str(),
               r.describe().c_str());
@@ -225,16 +290,29 @@ int main(int argc, char** argv) {
   limits.cpu_seconds = 5;
   limits.wall_seconds = 60;
   limits.extra_address_space = size_t{1} << 30;
-  if (!options.replay.empty()) return replay(options.replay, limits);
   char tmpl[] = "/tmp/dpx_pickle_fuzz_XXXXXX";
   const std::string dir = ::mkdtemp(tmpl);
-  auto seeds = dpx::fuzz::builtin_seeds(dir);
-  if (!options.python.empty() && !add_python_seeds(options.python, dir, seeds)) {
+  if (!options.replay.empty() && options.dcp) {  // each .metadata beside dpx's seed's files
+    int bad = 0;
+    const std::string folder = dpx_dcp_seed(dir + "/replay");
+    for (const auto& f : options.replay) {
+      std::ofstream(folder + "/.metadata", std::ios::binary | std::ios::trunc) << read_bytes(f);
+      const auto r = dpx::test::run_bounded(
+          [&](std::string& m) { return load_dcp(folder, m); }, limits);
+      std::printf("%s: %s\n", f.c_str(), r.describe().c_str());
+      bad += r.exited(0) || r.exited(1) ? 0 : 1;
+    }
+    return bad == 0 ? 0 : 1;
+  }
+  if (!options.replay.empty()) return replay(options.replay, limits);
+  auto seeds = options.dcp ? dcp_seeds(dir, options.python) : dpx::fuzz::builtin_seeds(dir);
+  if (!options.dcp && !options.python.empty() && !add_python_seeds(options.python, dir, seeds)) {
     std::fprintf(stderr, "pickle_fuzz: the oracle (%s) could not write its seeds\n",
                  options.python.c_str());
     return 1;
   }
-  std::printf("pickle_fuzz: %zu seeds, %ld files, seed %llu\n", seeds.size(), options.files,
+  std::printf("pickle_fuzz%s: %zu seeds, %ld files, seed %llu\n", options.dcp ? " --dcp" : "",
+              seeds.size(), options.files,
               static_cast<unsigned long long>(options.seed));
   Rng rng(options.seed);
   Tally tally;

@@ -7,3 +7,6 @@ set_target_properties(dpx_pickle_fuzz PROPERTIES POSITION_INDEPENDENT_CODE OFF)
 target_precompile_headers(dpx_pickle_fuzz REUSE_FROM dpx_test_support)
 add_test(NAME pickle_fuzz COMMAND dpx_pickle_fuzz --files 500 --seed 1 --python ${DPX_PYTHON})
 set_tests_properties(pickle_fuzz PROPERTIES LABELS "unit" TIMEOUT 240)
+# The same for DCP's .metadata, read by dpx::dcp_read_tensors beside its seeds' .distcp files.
+add_test(NAME dcp_metadata_fuzz COMMAND dpx_pickle_fuzz --dcp --files 400 --seed 1 --python ${DPX_PYTHON})
+set_tests_properties(dcp_metadata_fuzz PROPERTIES LABELS "unit" TIMEOUT 300)
