@@ -94,19 +94,35 @@ void write_checkpoint_file(const std::string& path, const std::string& payload,
 
 void write_file_atomically(const std::string& path, const std::string& data,
                            const CheckpointWriteOptions& options) {
+  write_file_atomically(
+      path, [&](const ByteSink& sink) { sink(data.data(), data.size()); }, options);
+}
+
+void write_file_atomically(const std::string& path,
+                           const std::function<void(const ByteSink&)>& produce,
+                           const CheckpointWriteOptions& options) {
   const std::string tmp = path + ".tmp." + std::to_string(::getpid());
   const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) {
     fail_io("cannot create", tmp);
   }
   try {
-    size_t first = 0;
-    if (options.after_partial_write) {
-      first = std::min(options.partial_bytes, data.size());
-      write_all(fd, data.data(), first, tmp);
-      options.after_partial_write();
-    }
-    write_all(fd, data.data() + first, data.size() - first, tmp);
+    size_t written = 0;
+    bool hooked = !options.after_partial_write;
+    produce([&](const char* data, size_t size) {
+      if (!hooked && written + size >= options.partial_bytes) {  // the test hook's moment
+        const size_t first = options.partial_bytes - written;
+        write_all(fd, data, first, tmp);
+        hooked = true;
+        options.after_partial_write();
+        data += first;
+        size -= first;
+        written += first;
+      }
+      write_all(fd, data, size, tmp);
+      written += size;
+    });
+    if (!hooked) options.after_partial_write();  // a file shorter than partial_bytes
     if (::fsync(fd) != 0) {
       fail_io("cannot fsync", tmp);
     }

@@ -36,6 +36,13 @@ void write_checkpoint_file(const std::string& path, const std::string& payload,
 void write_file_atomically(const std::string& path, const std::string& data,
                            const CheckpointWriteOptions& options = {});
 
+// The same for a file made piece by piece, never whole in memory: `produce` hands each piece to
+// the sink it is given, which writes it to the temporary file.
+using ByteSink = std::function<void(const char* data, size_t size)>;
+void write_file_atomically(const std::string& path,
+                           const std::function<void(const ByteSink&)>& produce,
+                           const CheckpointWriteOptions& options = {});
+
 // The payload of a file written by write_checkpoint_file; throws CheckpointError naming the
 // file and what is wrong with it.
 std::string read_checkpoint_file(const std::string& path);

@@ -1,10 +1,15 @@
 // Reading a DCP checkpoint (dcp.h): each chunk's bytes, where the metadata says they are, are a
 // torch.save archive of that chunk, read with the restricted reader; a tensor is assembled whole,
 // or, for a fully_shard module, as the rows this rank holds, from the chunks that overlap them.
+#include <fcntl.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <algorithm>
-#include <fstream>
+#include <cerrno>
+#include <cstring>
+#include <string_view>
 #include <map>
 #include <set>
 #include <unordered_map>
@@ -18,19 +23,24 @@
 namespace dpx {
 namespace {
 
-// The files of one checkpoint, opened once each, their sizes known before any read.
+// The files of one checkpoint, each mapped once (read-only) and its size known before any
+// read: a chunk's bytes are read where they lie, not copied out first. (A file truncated by
+// another process while it is being read would end this one with SIGBUS: checkpoints are not
+// written in place, so only a foreign writer could do that.)
 class ChunkFiles {
  public:
-  struct File {
-    std::ifstream in;
-    int64_t size = 0;
-  };
-
   explicit ChunkFiles(std::string dir) : dir_(std::move(dir)) {}
+  ChunkFiles(const ChunkFiles&) = delete;
+  ChunkFiles& operator=(const ChunkFiles&) = delete;
+  ~ChunkFiles() {
+    for (auto& [name, f] : files_) {
+      if (f.size > 0) ::munmap(f.data, static_cast<size_t>(f.size));
+    }
+  }
 
   // Throws unless the file is there and holds the bytes the entry names.
-  File& check(const detail::dcp::StorageInfo& info, const std::string& fqn) {
-    auto& file = open(info.relative_path);
+  void check(const detail::dcp::StorageInfo& info, const std::string& fqn) {
+    const auto& file = open(info.relative_path);
     if (info.offset > file.size || info.length > file.size - info.offset) {
       throw CheckpointError(dir_ + "/" + info.relative_path + " has " +
                             std::to_string(file.size) + " bytes, and .metadata puts " + fqn +
@@ -38,33 +48,41 @@ class ChunkFiles {
                             std::to_string(info.offset + info.length) +
                             " (a file cut short or from another save?)");
     }
-    return file;
   }
 
-  std::string read(const detail::dcp::StorageInfo& info, const std::string& fqn) {
-    auto& file = check(info, fqn);
-    std::string bytes(static_cast<size_t>(info.length), '\0');
-    file.in.seekg(info.offset);
-    file.in.read(bytes.data(), info.length);
-    if (!file.in) throw CheckpointError("cannot read " + dir_ + "/" + info.relative_path);
-    return bytes;
+  std::string_view read(const detail::dcp::StorageInfo& info, const std::string& fqn) {
+    check(info, fqn);
+    const auto& file = files_.at(info.relative_path);
+    return {static_cast<const char*>(file.data) + info.offset,
+            static_cast<size_t>(info.length)};
   }
 
  private:
+  struct File {
+    void* data = nullptr;
+    int64_t size = 0;
+  };
 
-  File& open(const std::string& name) {
+  const File& open(const std::string& name) {
     auto it = files_.find(name);
     if (it != files_.end()) return it->second;
     const std::string path = dir_ + "/" + name;
+    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
     struct stat st {};
-    if (::stat(path.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) {
+    if (fd < 0 || ::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+      if (fd >= 0) ::close(fd);
       throw CheckpointError(path + " is missing (named by " + dir_ + "/.metadata)");
     }
     File f;
-    f.in.open(path, std::ios::binary);
-    if (!f.in) throw CheckpointError("cannot open " + path);
     f.size = st.st_size;
-    return files_.emplace(name, std::move(f)).first->second;
+    if (f.size > 0) {
+      f.data = ::mmap(nullptr, static_cast<size_t>(f.size), PROT_READ, MAP_PRIVATE, fd, 0);
+    }
+    ::close(fd);
+    if (f.data == MAP_FAILED) {
+      throw CheckpointError("cannot map " + path + ": " + std::strerror(errno));
+    }
+    return files_.emplace(name, f).first->second;
   }
 
   std::string dir_;

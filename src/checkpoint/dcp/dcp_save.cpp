@@ -68,23 +68,30 @@ void dcp_save_state_dict(const torch::nn::Module& module, const std::string& dir
   auto* row = mine.data_ptr<int64_t>();
   std::exception_ptr failure;
   try {
-    std::string file;
-    for (int64_t i = 0; i < n; ++i) {
-      const auto& t = entries[static_cast<size_t>(i)].second;
-      int64_t* e = row + 1 + i * kFields;
-      const auto shard = shards.find(t.unsafeGetTensorImpl());
-      if (shard == shards.end() && i % world != rank) continue;  // another rank writes it
-      const int64_t first = shard == shards.end() ? 0 : shard->second.row_offset;
-      const int64_t rows = t.dim() == 0 ? 1 : t.size(0);
-      const std::string bytes = detail::torch_save_bytes(t.detach());
-      e[kWritten] = 1;
-      e[kFirstRow] = first;
-      e[kRows] = rows;
-      e[kOffset] = static_cast<int64_t>(file.size());
-      e[kLength] = static_cast<int64_t>(bytes.size());
-      file += bytes;
-    }
-    write_file_atomically(directory + "/" + file_of(rank), file, options.write);
+    // Chunk after chunk straight into the file: never the whole part in memory.
+    write_file_atomically(
+        directory + "/" + file_of(rank),
+        [&](const ByteSink& sink) {
+          int64_t offset = 0;
+          for (int64_t i = 0; i < n; ++i) {
+            const auto& t = entries[static_cast<size_t>(i)].second;
+            int64_t* e = row + 1 + i * kFields;
+            const auto shard = shards.find(t.unsafeGetTensorImpl());
+            if (shard == shards.end() && i % world != rank) continue;  // another rank writes it
+            int64_t length = 0;
+            detail::torch_save_to(t.detach(), [&](const char* data, size_t size) {
+              sink(data, size);
+              length += static_cast<int64_t>(size);
+            });
+            e[kWritten] = 1;
+            e[kFirstRow] = shard == shards.end() ? 0 : shard->second.row_offset;
+            e[kRows] = t.dim() == 0 ? 1 : t.size(0);
+            e[kOffset] = offset;
+            e[kLength] = length;
+            offset += length;
+          }
+        },
+        options.write);
     row[0] = 1;  // this rank's part is on disk
   } catch (...) {
     failure = std::current_exception();

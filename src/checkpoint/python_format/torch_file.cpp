@@ -1,11 +1,15 @@
 // torch.save's container: a zip (LibTorch's own PyTorchStreamWriter/Reader, the classes Python's
 // torch.save and torch.load use) holding data.pkl, byteorder and one data/<key> record per storage.
 #include <ATen/ATen.h>
+#include <caffe2/serialize/in_memory_adapter.h>
 #include <caffe2/serialize/inline_container.h>
 
 #include <cstring>
 #include <fstream>
+#include <map>
+#include <memory>
 #include <sstream>
+#include <string_view>
 
 #include "checkpoint/python_format/torch_file.h"
 #include "checkpoint/python_format/zip_crc.h"
@@ -21,12 +25,17 @@ void torch_save(const c10::IValue& value, const std::string& path,
 namespace detail {
 
 std::string torch_save_bytes(const c10::IValue& value) {
+  std::string bytes;
+  torch_save_to(value, [&](const char* data, size_t size) { bytes.append(data, size); });
+  return bytes;
+}
+
+void torch_save_to(const c10::IValue& value, const ByteSink& sink) {
   std::vector<at::Tensor> storages;
   const std::string pickle = detail::pickle_dump(value, storages);
-  std::string bytes;
   {
     caffe2::serialize::PyTorchStreamWriter writer([&](const void* data, size_t size) {
-      bytes.append(static_cast<const char*>(data), size);
+      sink(static_cast<const char*>(data), size);
       return size;
     });
     writer.writeRecord("data.pkl", pickle.data(), pickle.size());
@@ -37,7 +46,6 @@ std::string torch_save_bytes(const c10::IValue& value) {
     }
     writer.writeEndOfFile();
   }
-  return bytes;
 }
 
 }  // namespace detail
@@ -51,26 +59,44 @@ bool is_safetensors(const std::string& path) {
 
 namespace {
 
-// data/<key> as a 1-D tensor of `dtype`.
-at::Tensor read_storage(caffe2::serialize::PyTorchStreamReader& reader, const std::string& key,
+// data/<key> as a 1-D tensor of `dtype`, copied once from the record's verified bytes.
+at::Tensor read_storage(const std::map<std::string, std::string_view>& records,
+                        const std::string& prefix, const std::string& key,
                         c10::ScalarType dtype, const std::string& what) {
   const std::string name = "data/" + key;
-  if (!reader.hasRecord(name)) throw CheckpointError(what + ": record " + name + " missing");
-  auto [data, size] = reader.getRecord(name);
+  const auto found = records.find(prefix + name);
+  if (found == records.end()) throw CheckpointError(what + ": record " + name + " missing");
+  const auto bytes = found->second;
   const size_t elem = c10::elementSize(dtype);
-  if (size % elem != 0) {
-    throw CheckpointError(what + ": record " + name + " has " + std::to_string(size) +
+  if (bytes.size() % elem != 0) {
+    throw CheckpointError(what + ": record " + name + " has " + std::to_string(bytes.size()) +
                           " bytes, not a multiple of its element size");
   }
-  auto t = at::empty({static_cast<int64_t>(size / elem)}, at::TensorOptions(dtype));
-  std::memcpy(t.data_ptr(), data.get(), size);
+  auto t = at::empty({static_cast<int64_t>(bytes.size() / elem)}, at::TensorOptions(dtype));
+  std::memcpy(t.data_ptr(), bytes.data(), bytes.size());
   return t;
 }
 
-Unpickled read_zip(const std::string& bytes, const std::string& what,
-                   const TorchLoadLimits& limits) {
-  std::istringstream stream(bytes);
-  caffe2::serialize::PyTorchStreamReader reader(&stream);
+// The records' common folder ("archive/"), as PyTorchStreamReader strips it: that of data.pkl.
+std::string archive_prefix(const std::map<std::string, std::string_view>& records) {
+  const std::string pkl = "/data.pkl";
+  for (const auto& [name, bytes] : records) {
+    if (name.size() > pkl.size() && name.compare(name.size() - pkl.size(), pkl.size(), pkl) == 0 &&
+        name.find('/') == name.size() - pkl.size()) {
+      return name.substr(0, name.size() - pkl.size() + 1);
+    }
+  }
+  return "";
+}
+
+// `records`: the zip's verified records (verify_zip_crcs), whose stored bytes the storages are
+// copied from; the reader parses the zip's layout and gives data.pkl and byteorder.
+Unpickled read_zip(std::string_view bytes,
+                   const std::map<std::string, std::string_view>& records,
+                   const std::string& what, const TorchLoadLimits& limits) {
+  caffe2::serialize::PyTorchStreamReader reader(
+      std::make_shared<caffe2::serialize::MemoryReadAdapter>(bytes.data(),
+                                                             static_cast<off_t>(bytes.size())));
   if (reader.hasRecord("byteorder")) {
     const auto [data, size] = reader.getRecord("byteorder");
     if (std::string(static_cast<const char*>(data.get()), size) != "little") {
@@ -80,23 +106,24 @@ Unpickled read_zip(const std::string& bytes, const std::string& what,
   if (!reader.hasRecord("data.pkl")) {
     throw CheckpointError(what + ": no data.pkl record; not a torch.save file");
   }
+  const std::string prefix = archive_prefix(records);
   const auto [pkl, pkl_size] = reader.getRecord("data.pkl");
   const std::string pickle(static_cast<const char*>(pkl.get()), pkl_size);
   return pickle_load(
       pickle,
       [&](const std::string& key, c10::ScalarType dtype) {
-        return read_storage(reader, key, dtype, what);
+        return read_storage(records, prefix, key, dtype, what);
       },
       what, limits);
 }
 
 }  // namespace
 
-Unpickled read_torch_bytes(const std::string& bytes, const std::string& what,
+Unpickled read_torch_bytes(std::string_view bytes, const std::string& what,
                            const TorchLoadLimits& limits) {
-  verify_zip_crcs(bytes, what);
+  const auto records = verify_zip_crcs(bytes, what);
   try {
-    return read_zip(bytes, what, limits);
+    return read_zip(bytes, records, what, limits);
   } catch (const CheckpointError&) {
     throw;
   } catch (const c10::Error& e) {

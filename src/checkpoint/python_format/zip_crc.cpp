@@ -5,7 +5,9 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
+#include <map>
 #include <sstream>
+#include <string_view>
 #include <utility>
 
 #include "dpx/checkpoint/checkpoint_file.h"
@@ -15,7 +17,7 @@ namespace {
 
 class Bytes {
  public:
-  Bytes(const std::string& s, const std::string& what) : s_(s), what_(what) {}
+  Bytes(std::string_view s, const std::string& what) : s_(s), what_(what) {}
   template <typename T>
   T at(uint64_t pos) const {
     if (pos > s_.size() || sizeof(T) > s_.size() - pos)
@@ -30,7 +32,7 @@ class Bytes {
                           "another format): " +
                           msg);
   }
-  const std::string& s_;
+  std::string_view s_;
   const std::string& what_;
 };
 
@@ -76,7 +78,7 @@ struct Entry {
 Entry read_entry(const Bytes& b, uint64_t pos) {
   if (b.at<uint32_t>(pos) != 0x02014b50) b.fail("bad central directory entry");
   const auto name_len = b.at<uint16_t>(pos + 28), extra_len = b.at<uint16_t>(pos + 30);
-  Entry e{b.s_.substr(std::min<uint64_t>(pos + 46, b.s_.size()), name_len),
+  Entry e{std::string(b.s_.substr(std::min<uint64_t>(pos + 46, b.s_.size()), name_len)),
           b.at<uint32_t>(pos + 16),
           b.at<uint32_t>(pos + 20),
           b.at<uint32_t>(pos + 24),
@@ -100,7 +102,9 @@ Entry read_entry(const Bytes& b, uint64_t pos) {
 
 }  // namespace
 
-void verify_zip_crcs(const std::string& zip, const std::string& what) {
+std::map<std::string, std::string_view> verify_zip_crcs(std::string_view zip,
+                                                        const std::string& what) {
+  std::map<std::string, std::string_view> records;
   const Bytes b(zip, what);
   auto [pos, entries] = central_directory(b);
   for (uint64_t i = 0; i < entries; ++i) {
@@ -123,8 +127,10 @@ void verify_zip_crcs(const std::string& zip, const std::string& what) {
         << ", the zip says 0x" << e.crc;
       throw CheckpointError(m.str());
     }
+    records[e.name] = zip.substr(data, e.size);
     pos = e.next;
   }
+  return records;
 }
 
 }  // namespace dpx::detail
