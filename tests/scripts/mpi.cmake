@@ -1,0 +1,20 @@
+# The mpi backend under its own MPI's launcher at 2, 3 and 4 ranks (oversubscribed on small
+# machines), every rank running dpx_mpi_tests (tests/mpi/mpi_test.cpp). Without MPI the backend
+# is absent: the tests are reported as skipped, and one checks that asking for it says what to
+# install.
+if(DPX_WITH_MPI AND DPX_MPIEXEC)
+  foreach(np IN ITEMS 2 3 4)
+    add_test(NAME mpi.np${np}
+      COMMAND ${DPX_MPIEXEC} ${DPX_MPIEXEC_FLAGS} -np ${np} $<TARGET_FILE:dpx_mpi_tests>)
+    # OpenMPI refuses root without both variables (CI runs as root).
+    set_tests_properties(mpi.np${np} PROPERTIES LABELS "multiproc;mpi" TIMEOUT 120
+      ENVIRONMENT "OMPI_ALLOW_RUN_AS_ROOT=1;OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1;OMPI_MCA_rmaps_base_oversubscribe=1")
+  endforeach()
+else()
+  add_test(NAME mpi.skipped COMMAND ${CMAKE_COMMAND} -E echo
+    "SKIPPED: dpx was built without MPI (no MPI C library found at configure time, or DPX_MPI=OFF)")
+  set_tests_properties(mpi.skipped PROPERTIES LABELS "mpi" SKIP_REGULAR_EXPRESSION "SKIPPED")
+  add_test(NAME mpi.absent COMMAND dpx_mpi_tests --gtest_also_run_disabled_tests
+    --gtest_filter=MpiAbsent.*)
+  set_tests_properties(mpi.absent PROPERTIES LABELS "unit;mpi" TIMEOUT 60)
+endif()
