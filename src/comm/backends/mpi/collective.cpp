@@ -2,9 +2,18 @@
 #if DPX_WITH_MPI
 #include "comm/backends/mpi/collective.h"
 
+#include <sched.h>
+
+#include <algorithm>
+
 #include "dpx/errors.h"
 
 namespace dpx::detail::mpi {
+namespace {
+
+constexpr std::chrono::microseconds kWaitSpin(50);
+
+}  // namespace
 
 std::exception_ptr Channel::failure() {
   std::lock_guard<std::mutex> lock(mutex);
@@ -21,6 +30,13 @@ std::string MpiWork::describe() {
 }
 
 void MpiWork::wait(std::chrono::milliseconds timeout) {
+  // A small collective finishes within microseconds, sooner than a sleeping thread wakes up:
+  // look a few times first (yielding, for ranks that share cores), then sleep.
+  const auto spin_until = std::chrono::steady_clock::now() + std::min<std::chrono::microseconds>(
+      kWaitSpin, timeout);
+  while (!done_.load(std::memory_order_acquire) && std::chrono::steady_clock::now() < spin_until) {
+    sched_yield();
+  }
   std::unique_lock<std::mutex> lock(mutex_);
   if (!cv_.wait_for(lock, timeout, [&] { return done_.load(std::memory_order_relaxed); })) {
     throw TimeoutError(channel_->where + "mpi: " + describe() + ": " +

@@ -16,6 +16,8 @@ namespace {
 
 // Spinning without a completion for this long makes the thread yield between polls.
 constexpr auto kSpin = std::chrono::microseconds(50);
+// How long the idle thread looks for new tasks before it sleeps.
+constexpr auto kIdleSpin = std::chrono::microseconds(100);
 // How often lingering tasks are polled when nothing else is in flight.
 constexpr auto kLingerPoll = std::chrono::milliseconds(1);
 
@@ -139,6 +141,7 @@ bool Runtime::call(const std::function<void()>& fn) {
     std::lock_guard<std::mutex> lock(mutex_);
     if (stop_) return false;
     queue_.push_back({nullptr, &fn, &error, &done});
+    queued_.store(1, std::memory_order_release);
   }
   cv_.notify_one();
   std::unique_lock<std::mutex> lock(mutex_);
@@ -154,6 +157,7 @@ void Runtime::submit(std::shared_ptr<Task> task) {
     std::lock_guard<std::mutex> lock(mutex_);
     TORCH_CHECK(!stop_, "mpi backend: a collective was issued while the process exits");
     queue_.push_back({std::move(task)});
+    queued_.store(1, std::memory_order_release);
   }
   cv_.notify_one();
 }
@@ -164,13 +168,20 @@ void Runtime::run() {
   std::deque<Item> intake;
   auto last_done = Clock::now();
   for (;;) {
-    {
+    if (active.empty()) {
+      // A thread asleep takes microseconds to wake, more than a small collective lasts: look
+      // at the queue for a while before sleeping (a loop of allreduce()->wait() never sleeps).
+      const auto until = Clock::now() + kIdleSpin;
+      while (queued_.load(std::memory_order_acquire) == 0 && Clock::now() < until) sched_yield();
+    }
+    if (active.empty() || queued_.load(std::memory_order_acquire) != 0) {
       std::unique_lock<std::mutex> lock(mutex_);
       if (active.empty()) {
         cv_.wait(lock, [&] { return stop_ || !queue_.empty(); });
       }
       if (stop_) break;
       intake.swap(queue_);
+      queued_.store(0, std::memory_order_relaxed);
     }
     for (auto& item : intake) {
       if (item.task) {
