@@ -18,3 +18,12 @@ else()
     --gtest_filter=MpiAbsent.*)
   set_tests_properties(mpi.absent PROPERTIES LABELS "unit;mpi" TIMEOUT 60)
 endif()
+
+# dpx-bench allreduce --backend mpi at tiny sizes on two ranks, so the benchmark cannot rot.
+if(DPX_WITH_MPI AND DPX_MPIEXEC AND TARGET dpx-bench)
+  add_test(NAME bench_allreduce_mpi
+    COMMAND ${DPX_MPIEXEC} ${DPX_MPIEXEC_FLAGS} -np 2 $<TARGET_FILE:dpx-bench> allreduce
+      --backend mpi --min-bytes 4 --max-bytes 65536 --iters 5 --warmup 1)
+  set_tests_properties(bench_allreduce_mpi PROPERTIES LABELS "scripts;bench;mpi" TIMEOUT 90
+    ENVIRONMENT "OMPI_ALLOW_RUN_AS_ROOT=1;OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1")
+endif()

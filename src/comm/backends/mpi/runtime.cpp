@@ -238,6 +238,7 @@ void Runtime::stop() {
     std::lock_guard<std::mutex> lock(mutex_);
     if (stop_) return;
     stop_ = true;
+    queued_.store(1, std::memory_order_release);  // the thread looks under the lock only then
   }
   cv_.notify_all();
   if (thread_.joinable()) thread_.join();

@@ -87,7 +87,9 @@ class Runtime {
     bool* done = nullptr;
   };
   std::deque<Item> queue_;
-  std::atomic<int> queued_{0};  // 1 while queue_ holds something: the thread reads it unlocked
+  // 1 while queue_ holds something or stop_ is set: the thread reads it unlocked, and takes
+  // the lock (to see either) only when it is set or nothing is in flight.
+  std::atomic<int> queued_{0};
   bool stop_ = false;
   bool stopped_ = false;
   std::condition_variable done_cv_;
