@@ -6,6 +6,7 @@
 #include <torch/torch.h>
 
 #include <chrono>
+#include <csignal>
 #include <cstdlib>
 #include <thread>
 
@@ -304,6 +305,18 @@ TEST(MpiDdp, EquivalentToOneProcess) {
     test::expect_params_close(detached(net), detached(ref));
     EXPECT_EQ(ddp->stats().iterations, kSteps);
   }
+}
+
+// Run by hand (docs/backends.md): the last rank is killed while the others wait in an
+// all-reduce; what OpenMPI's mpirun then does is what the user sees.
+TEST(MpiKilled, DISABLED_LastRankKilledDuringAnAllreduce) {
+  auto pg = mpi_group(milliseconds(10000));
+  auto t = at::ones({1 << 20});
+  if (pg->rank() == pg->size() - 1) {
+    std::this_thread::sleep_for(milliseconds(200));
+    ::raise(SIGKILL);
+  }
+  pg->allreduce(t)->wait();
 }
 
 // Run only where dpx was built without MPI (tests/scripts/mpi.cmake): the backend is absent
