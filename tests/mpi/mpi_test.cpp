@@ -5,7 +5,10 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include <unistd.h>
+
 #include <chrono>
+#include <cstdio>
 #include <csignal>
 #include <cstdlib>
 #include <thread>
@@ -193,6 +196,37 @@ TEST(MpiSetup, DpxBackendSelectsIt) {
   // new_process_group takes no store for mpi.
   auto other = new_process_group("mpi", nullptr, pg->rank(), pg->size());
   other->barrier()->wait();
+}
+
+// With a store (here a file every rank opens, named after rank 0's pid, broadcast over mpi), the stall inspector
+// runs on an mpi group too and names the rank that has not issued the collective.
+TEST(MpiSetup, WithAStoreTheStallInspectorNamesTheLateRank) {
+  auto world = mpi_group();
+  auto pid = at::full({1}, static_cast<std::int64_t>(::getpid()), at::kLong);
+  world->broadcast(pid, {0})->wait();  // rank 0's pid names the file
+  const std::string path = "/tmp/dpx_mpi_test_store_" + std::to_string(pid.item<std::int64_t>());
+  {
+    auto store = Store::file(path, world->size());
+    ProcessGroup::Options o;
+    o.timeout = milliseconds(20000);
+    o.stall_threshold = milliseconds(200);
+    auto pg = new_process_group("mpi", store, world->rank(), world->size(), o);
+    const int late = pg->size() - 1;
+    if (pg->rank() == late) std::this_thread::sleep_for(milliseconds(1500));
+    auto t = at::ones({4});
+    pg->allreduce(t)->wait();
+    EXPECT_TRUE(torch::equal(t, at::full({4}, pg->size(), at::kFloat)));
+    if (pg->rank() != late) {
+      const std::string key = "dpx_stall/report/" + std::to_string(pg->rank());
+      ASSERT_TRUE(store->check({key})) << "no stall report";  // get() would wait for it
+      const std::string report = store->get(key);
+      EXPECT_NE(report.find("have not issued it yet: rank " + std::to_string(late)),
+                std::string::npos) << report;
+    }
+    pg->barrier()->wait();
+  }
+  world->barrier()->wait();
+  if (world->rank() == 0) std::remove(path.c_str());
 }
 
 TEST(MpiFaults, RanksThatDisagreeGetMismatchErrorAndTheGroupGoesOn) {
