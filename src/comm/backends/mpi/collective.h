@@ -121,17 +121,21 @@ class Collective : public Task {
 };
 
 // A set-up step: requests that complete `work` (CompletionWork), or linger past `deadline`.
+// `target` is what MPI writes into when they complete (the channel whose communicators
+// MPI_Comm_idup makes): kept alive until then, even when the caller gave up on the group.
 class SetupTask : public Task {
  public:
   SetupTask(std::vector<MPI_Request> requests, std::chrono::steady_clock::time_point deadline,
-            std::shared_ptr<CompletionWork> work)
-      : requests_(std::move(requests)), deadline_(deadline), work_(std::move(work)) {}
+            std::shared_ptr<CompletionWork> work, std::shared_ptr<void> target)
+      : requests_(std::move(requests)), deadline_(deadline), work_(std::move(work)),
+        target_(std::move(target)) {}
   State poll() override;
 
  private:
   std::vector<MPI_Request> requests_;
   std::chrono::steady_clock::time_point deadline_;
   std::shared_ptr<CompletionWork> work_;
+  std::shared_ptr<void> target_;
   bool answered_ = false;
 };
 

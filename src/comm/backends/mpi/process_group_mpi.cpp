@@ -70,7 +70,7 @@ MpiGroup::MpiGroup(const BackendArgs& args)
   });
   auto made = std::make_shared<CompletionWork>(options().timeout, where());
   runtime_.submit(std::make_shared<mpi::SetupTask>(
-      std::move(requests), std::chrono::steady_clock::now() + options().timeout, made));
+      std::move(requests), std::chrono::steady_clock::now() + options().timeout, made, ch));
   try {
     made->wait();
   } catch (const TimeoutError&) {
