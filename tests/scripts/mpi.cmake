@@ -10,6 +10,11 @@ if(DPX_WITH_MPI AND DPX_MPIEXEC)
     set_tests_properties(mpi.np${np} PROPERTIES LABELS "multiproc;mpi" TIMEOUT 120
       ENVIRONMENT "OMPI_ALLOW_RUN_AS_ROOT=1;OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1;OMPI_MCA_rmaps_base_oversubscribe=1")
   endforeach()
+  add_test(NAME mpi.setup_timeout COMMAND ${DPX_MPIEXEC} ${DPX_MPIEXEC_FLAGS} -np 2
+    $<TARGET_FILE:dpx_mpi_tests> --gtest_also_run_disabled_tests
+    --gtest_filter=MpiSetupTimeout.*)
+  set_tests_properties(mpi.setup_timeout PROPERTIES LABELS "multiproc;mpi" TIMEOUT 60
+    ENVIRONMENT "OMPI_ALLOW_RUN_AS_ROOT=1;OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1")
   if(DPX_MPI_VENDOR STREQUAL "openmpi")
     add_test(NAME mpi.killed_rank COMMAND bash ${CMAKE_CURRENT_LIST_DIR}/mpi/killed_rank.sh
       ${DPX_MPIEXEC} "${DPX_MPIEXEC_FLAGS}" $<TARGET_FILE:dpx_mpi_tests>)
