@@ -1,6 +1,6 @@
 // dpx-bench allreduce: all-reduce time and bandwidth over a size sweep, nccl-tests style.
-// Runs as one worker of an env:// job (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT); rank 0
-// prints. time is the median over iterations of the slowest rank's time; algbw = bytes / time,
+// Runs as one worker of an env:// job (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT), or with
+// --backend mpi as one rank under mpirun (no store); rank 0 prints. time is the median over iterations of the slowest rank's time; algbw = bytes / time,
 // busbw = algbw * 2 (n - 1) / n. Every size is checked once before it is timed. On a GPU, each
 // size also shows the time of copying it to host memory and back (copy(us)): the floor under an
 // all-reduce staged through host memory, whatever the transport.
@@ -53,7 +53,7 @@ void add_flags(CLI::App& app, AllreduceArgs& a) {
             return ok ? "" : "expects seconds from 0.001 to 3600, got " + v;
           },
           "SECONDS"));
-  app.add_option("--backend", a.backend, "auto, shm, gloo or nccl (default auto)");
+  app.add_option("--backend", a.backend, "auto, shm, gloo, nccl or mpi (default auto)");
   app.add_option("--device", a.device, "cpu (default) or cuda: GPU LOCAL_RANK")
       ->check(CLI::IsMember({"cpu", "cuda"}));
   app.add_flag("--json", a.json, "one JSON document instead of a table");
@@ -221,7 +221,7 @@ int run(const AllreduceArgs& a) {
   return all_ok ? 0 : 1;
 }
 
-RegisterCommand reg("allreduce", "all-reduce latency and bandwidth, 4 B to 256 MiB (shm, gloo)",
+RegisterCommand reg("allreduce", "all-reduce latency and bandwidth, 4 B to 256 MiB (shm, gloo, nccl, mpi)",
                     [](CLI::App& app) -> Run {
                       auto args = std::make_shared<AllreduceArgs>();
                       add_flags(app, *args);

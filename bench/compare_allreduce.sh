@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
-# The all-reduce comparison of docs/performance.md: dpx shm, dpx gloo and OpenMPI's
-# MPI_Allreduce, alternated in one session (REPS rounds of every configuration), medians per size.
+# The all-reduce comparison of docs/performance.md: dpx shm, dpx gloo, OpenMPI's MPI_Allreduce
+# (mpi) and dpx's mpi backend over the same OpenMPI (dpx-mpi), alternated in one session (REPS
+# rounds of every configuration), medians per size.
 # With 2 ranks on 2 cores or more, each round also measures the floor (dpx-bench pingpong: one
 # cache line between the two ranks' cores and back), and the table says how far each is above it.
 #   bench/compare_allreduce.sh [BUILD_DIR]
-#   env: REPS=3 WORLDS="2 4" MAX_BYTES=268435456 SECS=0.1 CONFIGS="shm gloo mpi"
+#   env: REPS=3 WORLDS="2 4" MAX_BYTES=268435456 SECS=0.1 CONFIGS="shm gloo mpi" (or add dpx-mpi)
+#   MIN_BYTES=4
 # dpx ranks are pinned one per core when they fit (bench/run_local.sh --bind), as mpirun binds
 # ranks to cores by default.
 set -euo pipefail
@@ -17,7 +19,7 @@ secs=${SECS:-0.1}
 configs=${CONFIGS:-"shm gloo mpi"}
 out=$(mktemp -d /tmp/dpx-allreduce-XXXXXX)
 ncpu=$(nproc)
-args=(--min-bytes 4 --max-bytes "$max" --seconds "$secs")
+args=(--min-bytes "${MIN_BYTES:-4}" --max-bytes "$max" --seconds "$secs")
 for rep in $(seq "$reps"); do
   for world in $worlds; do
     bind=()
@@ -28,9 +30,13 @@ for rep in $(seq "$reps"); do
     fi
     for cfg in $configs; do
       echo "round $rep/$reps: $cfg, $world ranks" >&2
+      # OpenMPI's launcher by its own name: an MPICH beside it can move Debian's `mpirun`.
       if [ "$cfg" = mpi ]; then
-        mpirun --oversubscribe --allow-run-as-root -np "$world" \
+        mpirun.openmpi --oversubscribe --allow-run-as-root -np "$world" \
           "$build/bench/dpx-bench-mpi-allreduce" "${args[@]}" > "$out/$cfg-$world-$rep.txt"
+      elif [ "$cfg" = dpx-mpi ]; then
+        mpirun.openmpi --oversubscribe --allow-run-as-root -np "$world" \
+          "$build/bench/dpx-bench" allreduce --backend mpi "${args[@]}" > "$out/$cfg-$world-$rep.txt"
       else
         bench/run_local.sh "$world" "${bind[@]}" "$build/bench/dpx-bench" allreduce \
           --backend "$cfg" "${args[@]}" > "$out/$cfg-$world-$rep.txt"
@@ -66,6 +72,9 @@ for world in worlds:
         head += [f"shm vs {c}" for c in configs if c != "shm"]
         if floor:
             head += ["shm / floor"]
+    # The mpi backend's own cost: dpx over OpenMPI against OpenMPI alone.
+    if "mpi" in configs and "dpx-mpi" in configs:
+        head += ["dpx-mpi / mpi"]
     print("| size | " + " | ".join(head) + " |")
     print("|---:|" + "---:|" * len(head))
     for s in sizes:
@@ -77,6 +86,8 @@ for world in worlds:
             cells += [f"{t[c] / t['shm']:.2f}x" for c in configs if c != "shm"]
             if floor:
                 cells += [f"{t['shm'] / floor:.2f}x"]
+        if "mpi" in configs and "dpx-mpi" in configs:
+            cells += [f"{t['dpx-mpi'] / t['mpi']:.2f}x"]
         print(f"| {name} | " + " | ".join(cells) + " |")
 print(f"\nraw outputs: {out}", file=sys.stderr)
 PY

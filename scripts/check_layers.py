@@ -51,6 +51,7 @@ UNITS = [
     ("comm/backends/gloo", 8, ["src/comm/backends/gloo/*"]),
     ("comm/backends/nccl", 8, ["src/comm/backends/nccl/*"]),
     ("comm/backends/staged", 8, ["src/comm/backends/staged/*"]),
+    ("comm/backends/mpi", 8, ["src/comm/backends/mpi/*"]),
     ("comm/backends/hierarchical", 9, ["src/comm/backends/hierarchical/*"]),
     ("comm/init", 10, ["src/comm/init/*"]),
     ("ddp", 11, ["src/ddp/*", "include/dpx/ddp/*"]),

@@ -77,7 +77,8 @@ TEST(BackendChoice, ANamedBackendIsKeptWithoutLookingAtThePlacement) {
     static const Placement none;
     return none;
   };
-  for (Backend b : {Backend::kShm, Backend::kGloo, Backend::kNccl, Backend::kHierarchical}) {
+  for (Backend b : {Backend::kShm, Backend::kGloo, Backend::kNccl, Backend::kHierarchical,
+                    Backend::kMpi}) {
     for (bool on_device : {false, true}) EXPECT_EQ(choose_backend(b, on_device, true, unused), b);
   }
 }
@@ -102,11 +103,11 @@ TEST(BackendChoice, AGpuIsNamedByItsPciBusIdNotItsIndex) {
 }
 
 TEST(BackendChoice, NamesAreParsedOnceAndABadOneListsTheGoodOnes) {
-  for (const char* name : {"auto", "shm", "gloo", "nccl", "hierarchical"}) {
+  for (const char* name : {"auto", "shm", "gloo", "nccl", "hierarchical", "mpi"}) {
     EXPECT_STREQ(to_string(parse_backend(name)), name);
   }
-  auto msg = test::expect_throws<c10::Error>([] { parse_backend("mpi"); });
-  EXPECT_NE(msg.find("unknown backend 'mpi'; use auto, shm, gloo, hierarchical or nccl"),
+  auto msg = test::expect_throws<c10::Error>([] { parse_backend("ucc"); });
+  EXPECT_NE(msg.find("unknown backend 'ucc'; use auto, shm, gloo, hierarchical, nccl or mpi"),
             std::string::npos) << msg;
   ::setenv("DPX_BACKEND", "gloo", 1);
   EXPECT_EQ(requested_backend("auto"), Backend::kGloo);  // the variable replaces auto only

@@ -111,9 +111,9 @@ TEST_F(EnvTest, UnresolvableMasterAddrIsNamed) {
 TEST_F(EnvTest, UnknownBackendAndDebugLevel) {
   InitOptions o;
   o.backend = "ucc";
-  EXPECT_ERROR_HAS(init_process_group(o), "unknown backend 'ucc'; use auto, shm, gloo, hierarchical or nccl");
-  ::setenv("DPX_BACKEND", "mpi", 1);
-  EXPECT_ERROR_HAS(init_process_group(), "unknown backend 'mpi'");
+  EXPECT_ERROR_HAS(init_process_group(o), "unknown backend 'ucc'; use auto, shm, gloo, hierarchical, nccl or mpi");
+  ::setenv("DPX_BACKEND", "ucx", 1);
+  EXPECT_ERROR_HAS(init_process_group(), "unknown backend 'ucx'");
   ::setenv("DPX_DEBUG", "LOUD", 1);
   EXPECT_ERROR_HAS(debug_level(), "DPX_DEBUG must be OFF, INFO or DETAIL, got 'LOUD'");
 }

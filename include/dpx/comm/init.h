@@ -16,7 +16,8 @@ namespace dpx {
 struct InitOptions {
   // "auto" (shm when every rank is on one host; hierarchical over several hosts with several
   // ranks on one; else gloo; on CUDA, nccl unless ranks share a GPU), "shm", "gloo",
-  // "hierarchical" or "nccl". DPX_BACKEND in the environment replaces "auto".
+  // "hierarchical", "nccl" or "mpi" (MPI_COMM_WORLD under mpirun; no store, MASTER_ADDR or
+  // init_method needed unless `store` is given). DPX_BACKEND in the environment replaces "auto".
   std::string backend = "auto";
   // Where the group's tensors live: the CPU, "cuda:N", or "cuda" for GPU LOCAL_RANK (modulo
   // the GPUs present; dpx::cuda::local_device). shm and gloo stage CUDA tensors through host
@@ -49,7 +50,8 @@ struct StoreAndRank {
 };
 StoreAndRank rendezvous_store(const InitOptions& options);
 
-// A group of the given backend over a store the caller made (tests, tools, sub-groups). Makes
+// A group of the given backend over a store the caller made (tests, tools, sub-groups); "mpi"
+// takes a null store too (its group is every rank of MPI_COMM_WORLD). Makes
 // no process-wide choice: call init_process() first where they are wanted. A CUDA device
 // becomes the calling thread's current one, as with init_process_group.
 std::shared_ptr<ProcessGroup> new_process_group(const std::string& backend,

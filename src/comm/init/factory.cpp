@@ -7,6 +7,7 @@
 #include "comm/backends/gloo/gloo_device.h"
 #include "comm/backends/gloo/process_group_gloo.h"
 #include "comm/backends/hierarchical/process_group_hierarchical.h"
+#include "comm/backends/mpi/process_group_mpi.h"
 #include "comm/backends/nccl/process_group_nccl.h"
 #include "comm/backends/shm/process_group_shm.h"
 #include "comm/backends/staged/process_group_staged.h"
@@ -25,6 +26,13 @@ std::shared_ptr<ProcessGroup> make_group(Backend asked, const BackendArgs& args)
               asked == Backend::kNccl ? "nccl works on CUDA devices only; give "
               "ProcessGroup::Options::device = cuda (or use shm or gloo on the CPU)" :
               "dpx runs groups on the CPU or on CUDA devices");
+  BackendArgs host = args;
+  host.options.device = at::kCPU;
+  // MPI knows its ranks: no store round (the store may be null), and auto never picks it.
+  if (asked == Backend::kMpi) {
+    auto group = make_mpi_group(host);
+    return on_device ? make_staged_group(std::move(group), args.options) : group;
+  }
   // Where gloo would listen is this rank's own decision, and it can fail at once (a job over
   // several hosts whose master resolves to loopback here;
   // Note [Listen where the master is reached]). Made before the members round, which would wait
@@ -44,8 +52,6 @@ std::shared_ptr<ProcessGroup> make_group(Backend asked, const BackendArgs& args)
   };
   const Backend b = choose_backend(asked, on_device, cuda::built(), placed);
   if (b == Backend::kNccl) return make_nccl_group(args);
-  BackendArgs host = args;
-  host.options.device = at::kCPU;
   std::shared_ptr<ProcessGroup> group;
   switch (b) {
     case Backend::kShm: group = make_shm_group(host); break;

@@ -10,6 +10,7 @@
 
 namespace dpx::detail {
 
+// 0. mpi is made at once: MPI knows its ranks, and the store may be null.
 // 1. `asked` (auto included) on the CPU or a CUDA device; nccl on the CPU is a clear error.
 //    Every rank has the world size this one has (Note [Members] in comm/plan/members.h).
 // 2. The placement, in one store round, when auto or hierarchical needs it.

@@ -4,6 +4,7 @@
 #include <netdb.h>
 #include <sys/socket.h>
 
+#include "comm/backends/mpi/process_group_mpi.h"
 #include "comm/plan/backend.h"
 #include "comm/init/descriptors.h"
 #include "comm/init/factory.h"
@@ -137,10 +138,12 @@ Rendezvous rendezvous(const InitOptions& opts) {
   return r;
 }
 
-// The one path from a parsed backend to a group; the stall inspector watches every group.
+// The one path from a parsed backend to a group; the stall inspector watches every group made
+// with a store (an mpi group may have none).
 std::shared_ptr<ProcessGroup> new_group(detail::Backend backend, std::shared_ptr<Store> store,
                                         int rank, int size, ProcessGroup::Options options) {
-  TORCH_CHECK(store != nullptr, "new_process_group: the store is null");
+  TORCH_CHECK(store != nullptr || backend == detail::Backend::kMpi,
+              "new_process_group: the store is null (only the mpi backend needs none)");
   check_rank(rank, size);
   detail::BackendArgs args{store, rank, size, options};
   args.options.device = cuda::local_device(args.options.device);  // "cuda": LOCAL_RANK's GPU
@@ -148,7 +151,28 @@ std::shared_ptr<ProcessGroup> new_group(detail::Backend backend, std::shared_ptr
   // and any CUDA call without a device land on it, not on GPU 0 (Note [Thread devices]).
   cuda::set_current_device(args.options.device);
   auto group = detail::make_group(backend, args);
-  group->start_stall_inspector(std::move(store));
+  if (store) group->start_stall_inspector(std::move(store));
+  return group;
+}
+
+// Note [MPI without a store]
+// Under mpirun or srun --mpi=pmix, MPI knows every rank: no MASTER_ADDR, no store. Rank and
+// world size come from MPI; RANK/WORLD_SIZE (or InitOptions') only have to agree with it. With
+// no store there is no stall inspector and no timeline clock alignment (docs/backends.md).
+std::shared_ptr<ProcessGroup> init_mpi_group(const InitOptions& opts) {
+  int rank = opts.rank;
+  int size = opts.world_size;
+  if (rank < 0 || size < 1) {
+    const Env env = Env::read();
+    if (rank < 0) rank = env.rank.value_or(-1);
+    if (size < 1) size = env.world_size.value_or(-1);
+  }
+  const detail::MpiWorld world = detail::mpi_world(rank, size);
+  ProcessGroup::Options pg;
+  pg.timeout = opts.timeout;
+  pg.device = cuda::local_device(opts.device);
+  auto group = new_group(detail::Backend::kMpi, nullptr, world.rank, world.size, pg);
+  timeline::start_from_env(world.rank);
   return group;
 }
 
@@ -164,6 +188,7 @@ std::shared_ptr<ProcessGroup> init_process_group(InitOptions opts) {
   // A bad name fails before any connection is made.
   const detail::Backend backend = detail::requested_backend(opts.backend);
   if (opts.process) init_process(*opts.process);  // before any socket: Note [SIGPIPE]
+  if (backend == detail::Backend::kMpi && !opts.store) return init_mpi_group(opts);
   Rendezvous r = rendezvous(opts);
   auto store = Store::prefix(opts.group_name, r.store);
   // In a store made for this run, a rank claimed twice is two processes started with one rank.

@@ -8,10 +8,10 @@ namespace dpx::detail {
 
 Backend parse_backend(const std::string& name) {
   for (Backend b : {Backend::kAuto, Backend::kShm, Backend::kGloo, Backend::kNccl,
-                    Backend::kHierarchical}) {
+                    Backend::kHierarchical, Backend::kMpi}) {
     if (name == to_string(b)) return b;
   }
-  TORCH_CHECK(false, "unknown backend '", name, "'; use auto, shm, gloo, hierarchical or nccl");
+  TORCH_CHECK(false, "unknown backend '", name, "'; use auto, shm, gloo, hierarchical, nccl or mpi");
 }
 
 Backend requested_backend(const std::string& name) {
@@ -26,6 +26,7 @@ const char* to_string(Backend b) {
     case Backend::kGloo: return "gloo";
     case Backend::kNccl: return "nccl";
     case Backend::kHierarchical: return "hierarchical";
+    case Backend::kMpi: return "mpi";
   }
   TORCH_INTERNAL_ASSERT(false, "unknown Backend");
 }

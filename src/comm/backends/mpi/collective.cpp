@@ -1,0 +1,218 @@
+// Note [MPI collective steps] in collective.h.
+#if DPX_WITH_MPI
+#include "comm/backends/mpi/collective.h"
+
+#include <sched.h>
+
+#include <algorithm>
+
+#include "dpx/errors.h"
+
+namespace dpx::detail::mpi {
+namespace {
+
+constexpr std::chrono::microseconds kWaitSpin(50);
+
+}  // namespace
+
+std::exception_ptr Channel::failure() {
+  std::lock_guard<std::mutex> lock(mutex);
+  return failed;
+}
+
+MpiWork::MpiWork(std::shared_ptr<const Channel> channel, const CollectiveDescriptor& desc)
+    : Work(channel->timeout), channel_(std::move(channel)), desc_(desc) {}
+
+std::string MpiWork::describe() {
+  std::string s = to_string(desc_);
+  if (!numbered_) s = s.substr(0, s.rfind(" as collective #"));
+  return s;
+}
+
+void MpiWork::wait(std::chrono::milliseconds timeout) {
+  // A small collective finishes within microseconds, sooner than a sleeping thread wakes up:
+  // look a few times first (yielding, for ranks that share cores), then sleep.
+  const auto spin_until = std::chrono::steady_clock::now() + std::min<std::chrono::microseconds>(
+      kWaitSpin, timeout);
+  while (!done_.load(std::memory_order_acquire) && std::chrono::steady_clock::now() < spin_until) {
+    sched_yield();
+  }
+  std::unique_lock<std::mutex> lock(mutex_);
+  if (!cv_.wait_for(lock, timeout, [&] { return done_.load(std::memory_order_relaxed); })) {
+    throw TimeoutError(channel_->where + "mpi: " + describe() + ": " +
+                       timeout_message("", timeout));
+  }
+  if (error_) std::rethrow_exception(error_);
+}
+
+std::exception_ptr MpiWork::exception() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return error_;
+}
+
+std::chrono::steady_clock::time_point MpiWork::finished_at() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return finished_at_;
+}
+
+void MpiWork::number(std::uint32_t seq) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  desc_.seq = seq;
+  numbered_ = true;
+}
+
+void MpiWork::complete(std::exception_ptr error) {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    error_ = std::move(error);
+    finished_at_ = std::chrono::steady_clock::now();
+    done_.store(true, std::memory_order_release);
+  }
+  cv_.notify_all();
+}
+
+Collective::Collective(std::shared_ptr<Channel> channel, const CollectiveDescriptor& desc,
+                       DataStep step, std::shared_ptr<MpiWork> work)
+    : ch_(std::move(channel)), mine_(desc), step_(std::move(step)), work_(std::move(work)),
+      deadline_(std::chrono::steady_clock::now() + ch_->timeout) {}
+
+std::exception_ptr Collective::mpi_error(int rc, const char* call) {
+  return std::make_exception_ptr(DistributedError(
+      ch_->where + "mpi: " + work_->describe() + ": " + call + " failed: " + error_string(rc)));
+}
+
+Task::State Collective::fail(std::exception_ptr error) {
+  work_->complete(std::move(error));
+  step_ = {};  // the tensors go back to their owner...
+  if (request_ == MPI_REQUEST_NULL) return State::kDone;
+  at_ = Step::kLinger;  // ...unless MPI may still write into them: the closure kept them
+  return State::kLingering;
+}
+
+// Note [MPI collective steps], the group's timeout.
+Task::State Collective::time_out(const char* waiting_for) {
+  auto error = std::make_exception_ptr(TimeoutError(
+      ch_->where + "mpi: " + work_->describe() + " did not finish within the group's timeout (" +
+      std::to_string(ch_->timeout.count()) + " ms); it was waiting for " + waiting_for +
+      ". The group is now unusable (MPI cannot cancel a collective): make a new one, or end "
+      "the job (mpirun then ends every rank)."));
+  {
+    std::lock_guard<std::mutex> lock(ch_->mutex);
+    if (!ch_->failed) ch_->failed = error;
+  }
+  work_->complete(error);
+  at_ = Step::kLinger;
+  return request_ == MPI_REQUEST_NULL ? State::kDone : State::kLingering;
+}
+
+Task::State Collective::take_in() {
+  if (auto failed = ch_->failure()) return fail(failed);
+  if (ch_->closed) {
+    return fail(std::make_exception_ptr(DistributedError(
+        ch_->where + "mpi: " + work_->describe() + ": the group was destroyed before it ran")));
+  }
+  mine_.seq = ch_->taken++;
+  work_->number(mine_.seq);
+  if (ch_->size == 1) {
+    at_ = Step::kTurn;
+    return poll();
+  }
+  all_.resize(ch_->size);
+  const int rc = MPI_Iallgather(&mine_, sizeof(mine_), MPI_BYTE, all_.data(), sizeof(mine_),
+                                MPI_BYTE, ch_->check, &request_);
+  if (rc != MPI_SUCCESS) return fail(mpi_error(rc, "MPI_Iallgather"));
+  at_ = Step::kCheck;
+  return State::kBusy;
+}
+
+// Step 2's comparison: the first peer that disagrees, as every rank finds it.
+std::exception_ptr Collective::compare() {
+  for (int r = 0; r < ch_->size; ++r) {
+    if (r == ch_->rank) continue;
+    try {
+      check_same(mine_, all_[r], r, ch_->where, "mpi");
+    } catch (...) {
+      return std::current_exception();
+    }
+  }
+  return nullptr;
+}
+
+Task::State Collective::poll() {
+  int done = 0;
+  int rc = MPI_SUCCESS;
+  switch (at_) {
+    case Step::kNew:
+      return take_in();
+    case Step::kCheck:
+      rc = MPI_Test(&request_, &done, MPI_STATUS_IGNORE);
+      if (rc != MPI_SUCCESS) return fail(mpi_error(rc, "MPI_Iallgather"));
+      if (!done) {
+        if (std::chrono::steady_clock::now() < deadline_) return State::kBusy;
+        return time_out("every rank to issue it (a rank that never calls it, or is stuck "
+                        "before it, holds it up)");
+      }
+      at_ = Step::kTurn;
+      [[fallthrough]];
+    case Step::kTurn: {
+      if (ch_->turn != mine_.seq) {
+        if (auto failed = ch_->failure()) return fail(failed);  // an earlier one timed out
+        if (std::chrono::steady_clock::now() < deadline_) return State::kBusy;
+        return time_out("the collectives before it to start");
+      }
+      ++ch_->turn;
+      if (ch_->closed) {
+        return fail(std::make_exception_ptr(DistributedError(
+            ch_->where + "mpi: " + work_->describe() + ": the group was destroyed before it "
+            "ran")));
+      }
+      if (auto mismatch = compare()) return fail(mismatch);
+      rc = step_.start(ch_->data, &request_);
+      if (rc != MPI_SUCCESS) return fail(mpi_error(rc, "starting the collective"));
+      at_ = Step::kData;
+      [[fallthrough]];
+    }
+    case Step::kData:
+      rc = MPI_Test(&request_, &done, MPI_STATUS_IGNORE);
+      if (rc != MPI_SUCCESS) return fail(mpi_error(rc, "MPI_Test"));
+      if (!done) {
+        if (std::chrono::steady_clock::now() < deadline_) return State::kBusy;
+        return time_out("the data exchange to complete (a peer stopped in the middle of it)");
+      }
+      try {
+        if (step_.finish) step_.finish();
+      } catch (...) {
+        return fail(std::current_exception());
+      }
+      step_ = {};
+      work_->complete(nullptr);
+      return State::kDone;
+    case Step::kLinger:
+      if (MPI_Test(&request_, &done, MPI_STATUS_IGNORE) != MPI_SUCCESS || done) {
+        step_ = {};
+        return State::kDone;
+      }
+      return State::kLingering;
+  }
+  TORCH_INTERNAL_ASSERT(false, "unknown step");
+}
+
+Task::State SetupTask::poll() {
+  int done = 0;
+  const int rc = MPI_Testall(static_cast<int>(requests_.size()), requests_.data(), &done,
+                             MPI_STATUSES_IGNORE);
+  if (rc != MPI_SUCCESS || done) {
+    if (!answered_) {
+      work_->complete(rc == MPI_SUCCESS ? nullptr : std::make_exception_ptr(DistributedError(
+          "mpi: setting up the group failed: " + error_string(rc))));
+    }
+    return State::kDone;
+  }
+  if (!answered_ && std::chrono::steady_clock::now() >= deadline_) {
+    answered_ = true;  // the caller's own wait times out; MPI still owns the requests
+  }
+  return answered_ ? State::kLingering : State::kBusy;
+}
+
+}  // namespace dpx::detail::mpi
+#endif  // DPX_WITH_MPI

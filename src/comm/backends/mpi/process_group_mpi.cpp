@@ -1,0 +1,222 @@
+// The mpi backend's group: each call becomes a Collective (Note [MPI collective steps] in
+// collective.h) that the process's MPI thread runs (Note [MPI thread] in runtime.h).
+#include "comm/backends/mpi/process_group_mpi.h"
+
+#include <c10/util/Exception.h>
+
+#include "dpx/errors.h"
+
+#if DPX_WITH_MPI
+#include <climits>
+
+#include "comm/backends/mpi/collective.h"
+#include "comm/backends/mpi/datatypes.h"
+#include "comm/backends/mpi/runtime.h"
+#include "comm/coordination/consistency.h"
+
+namespace dpx::detail {
+namespace {
+
+class MpiGroup : public ProcessGroup {
+ public:
+  explicit MpiGroup(const BackendArgs& args);
+  ~MpiGroup() override;
+  std::string backend() const override { return "mpi"; }
+
+ protected:
+  std::shared_ptr<Work> do_allreduce(at::Tensor& tensor, const AllreduceOptions& opts) override;
+  std::shared_ptr<Work> do_broadcast(at::Tensor& tensor, const BroadcastOptions& opts) override;
+  std::shared_ptr<Work> do_allgather(at::Tensor& output, const at::Tensor& input) override;
+  std::shared_ptr<Work> do_reduce_scatter(at::Tensor& output, const at::Tensor& input,
+                                          const ReduceScatterOptions& opts) override;
+  std::shared_ptr<Work> do_barrier() override;
+
+ private:
+  std::shared_ptr<Work> issue(const CollectiveDescriptor& desc, mpi::DataStep step);
+  // MPI counts elements in an int.
+  int count(const at::Tensor& t, const char* op) const;
+
+  mpi::Runtime& runtime_;
+  std::shared_ptr<mpi::Channel> channel_;
+};
+
+MpiGroup::MpiGroup(const BackendArgs& args)
+    : ProcessGroup(args.rank, args.size, args.options), runtime_(mpi::Runtime::instance()) {
+  TORCH_CHECK(args.options.device.is_cpu(), where(), "the mpi backend of dpx works on CPU tensors; "
+              "the factory stages CUDA tensors through host memory");
+  TORCH_CHECK(args.rank == runtime_.rank() && args.size == runtime_.size(), where(),
+              "the mpi backend makes groups of every rank of MPI_COMM_WORLD (rank ",
+              runtime_.rank(), " of ", runtime_.size(), "); sub-groups are not supported yet");
+  if (args.store) {
+    check_settings_agree(*args.store, rank(), size(), {{"backend", "mpi"}}, options().timeout,
+                         where());
+  }
+  channel_ = std::make_shared<mpi::Channel>();
+  channel_->rank = rank();
+  channel_->size = size();
+  channel_->where = where();
+  channel_->timeout = options().timeout;
+  // MPI_Comm_idup, not MPI_Comm_dup: a rank that never makes the group must end in a timeout
+  // here, not block the MPI thread (and every other group's collectives) for ever.
+  std::vector<MPI_Request> requests(2, MPI_REQUEST_NULL);
+  auto ch = channel_;
+  runtime_.call([&] {
+    for (MPI_Comm* c : {&ch->data, &ch->check}) {
+      const int rc = MPI_Comm_idup(MPI_COMM_WORLD, c, &requests[c == &ch->check]);
+      if (rc != MPI_SUCCESS) {
+        throw DistributedError(where() + "mpi: MPI_Comm_idup failed: " + mpi::error_string(rc));
+      }
+    }
+  });
+  auto made = std::make_shared<CompletionWork>(options().timeout, where());
+  runtime_.submit(std::make_shared<mpi::SetupTask>(
+      std::move(requests), std::chrono::steady_clock::now() + options().timeout, made, ch));
+  try {
+    made->wait();
+  } catch (const TimeoutError&) {
+    throw TimeoutError(where() + "mpi: the other ranks did not all make the group within " +
+                       std::to_string(options().timeout.count()) + " ms (every rank of "
+                       "MPI_COMM_WORLD makes each mpi group, in the same order)");
+  }
+  // MPI's default handler aborts the job on an error; errors are dpx's exceptions instead.
+  runtime_.call([&] {
+    MPI_Comm_set_errhandler(ch->data, MPI_ERRORS_RETURN);
+    MPI_Comm_set_errhandler(ch->check, MPI_ERRORS_RETURN);
+  });
+}
+
+// Collectives still queued fail (Channel::closed); MPI frees a communicator once the
+// collectives it started on it are complete.
+MpiGroup::~MpiGroup() {
+  auto ch = channel_;
+  try {
+    runtime_.call([ch] {
+      ch->closed = true;
+      MPI_Comm_free(&ch->data);
+      MPI_Comm_free(&ch->check);
+    });
+  } catch (const std::exception&) {
+    // Nothing to report to from a destructor; MPI_Finalize frees them in any case.
+  }
+}
+
+int MpiGroup::count(const at::Tensor& t, const char* op) const {
+  TORCH_CHECK(t.numel() <= INT_MAX, where(), op, ": the mpi backend moves at most 2^31 - 1 "
+              "elements per collective (MPI counts them in an int); this tensor has ",
+              t.numel(), ". Split it.");
+  return static_cast<int>(t.numel());
+}
+
+std::shared_ptr<Work> MpiGroup::issue(const CollectiveDescriptor& desc, mpi::DataStep step) {
+  auto work = std::make_shared<mpi::MpiWork>(channel_, desc);
+  runtime_.submit(std::make_shared<mpi::Collective>(channel_, desc, std::move(step), work));
+  return work;
+}
+
+std::shared_ptr<Work> MpiGroup::do_allreduce(at::Tensor& tensor, const AllreduceOptions& opts) {
+  mpi::DataStep step;
+  const int n = count(tensor, "allreduce");
+  const MPI_Datatype type = mpi::datatype(tensor.scalar_type());
+  const MPI_Op op = mpi::reduce_op(tensor.scalar_type(), opts.op);
+  step.start = [t = tensor, n, type, op](MPI_Comm c, MPI_Request* r) {
+    return MPI_Iallreduce(MPI_IN_PLACE, t.data_ptr(), n, type, op, c, r);
+  };
+  // MPI has no average: a sum, then one division on the MPI thread, so every rank rounds alike.
+  if (opts.op == ReduceOp::kAvg) step.finish = [t = tensor, w = size()] { t.div_(w); };
+  return issue(describe_call(CollectiveKind::kAllreduce, tensor, static_cast<int>(opts.op)),
+               std::move(step));
+}
+
+std::shared_ptr<Work> MpiGroup::do_broadcast(at::Tensor& tensor, const BroadcastOptions& opts) {
+  mpi::DataStep step;
+  const int n = count(tensor, "broadcast");
+  const MPI_Datatype type = mpi::datatype(tensor.scalar_type());
+  step.start = [t = tensor, n, type, root = opts.root](MPI_Comm c, MPI_Request* r) {
+    return MPI_Ibcast(t.data_ptr(), n, type, root, c, r);
+  };
+  return issue(describe_call(CollectiveKind::kBroadcast, tensor, 0, opts.root), std::move(step));
+}
+
+std::shared_ptr<Work> MpiGroup::do_allgather(at::Tensor& output, const at::Tensor& input) {
+  mpi::DataStep step;
+  const int n = count(input, "allgather");
+  const MPI_Datatype type = mpi::datatype(input.scalar_type());
+  // Input already in its slot of the output (FSDP gathers so): MPI asks for MPI_IN_PLACE.
+  const std::size_t slot = static_cast<std::size_t>(rank()) * input.nbytes();
+  const bool in_place = input.data_ptr() == static_cast<char*>(output.data_ptr()) + slot;
+  step.start = [out = output, in = input, n, type, in_place](MPI_Comm c, MPI_Request* r) {
+    return MPI_Iallgather(in_place ? MPI_IN_PLACE : in.data_ptr(), n, type, out.data_ptr(), n,
+                          type, c, r);
+  };
+  return issue(describe_call(CollectiveKind::kAllgather, input), std::move(step));
+}
+
+std::shared_ptr<Work> MpiGroup::do_reduce_scatter(at::Tensor& output, const at::Tensor& input,
+                                                  const ReduceScatterOptions& opts) {
+  mpi::DataStep step;
+  const int n = count(output, "reduce_scatter");
+  count(input, "reduce_scatter");
+  const MPI_Datatype type = mpi::datatype(input.scalar_type());
+  const MPI_Op op = mpi::reduce_op(input.scalar_type(), opts.op);
+  // MPI forbids overlapping send and receive buffers (its MPI_IN_PLACE means another layout):
+  // an output inside the input reduces from a copy.
+  const auto* in_begin = static_cast<const char*>(input.data_ptr());
+  const auto* out_begin = static_cast<const char*>(output.data_ptr());
+  const bool overlap = out_begin < in_begin + input.nbytes() && in_begin < out_begin + output.nbytes();
+  at::Tensor source = overlap ? input.clone() : input;
+  step.start = [out = output, in = source, n, type, op](MPI_Comm c, MPI_Request* r) {
+    return MPI_Ireduce_scatter_block(in.data_ptr(), out.data_ptr(), n, type, op, c, r);
+  };
+  if (opts.op == ReduceOp::kAvg) step.finish = [t = output, w = size()] { t.div_(w); };
+  return issue(describe_call(CollectiveKind::kReduceScatter, input, static_cast<int>(opts.op)),
+               std::move(step));
+}
+
+std::shared_ptr<Work> MpiGroup::do_barrier() {
+  mpi::DataStep step;
+  step.start = [](MPI_Comm c, MPI_Request* r) { return MPI_Ibarrier(c, r); };
+  return issue(describe_call(CollectiveKind::kBarrier, at::Tensor()), std::move(step));
+}
+
+}  // namespace
+
+MpiWorld mpi_world(int rank, int size) {
+  mpi::Runtime& rt = mpi::Runtime::instance();
+  const MpiWorld world{rt.rank(), rt.size()};
+  TORCH_CHECK((rank < 0 || rank == world.rank) && (size < 0 || size == world.size),
+              where(world.rank, world.size), "the mpi backend takes rank and world size from MPI "
+              "(rank ", world.rank, " of ", world.size, ", ", rt.library(), "), but this process "
+              "was told rank ", rank, " of ", size, " (RANK/WORLD_SIZE or InitOptions). Start "
+              "every rank with the one launcher (mpirun, srun --mpi=pmix), or unset them.");
+  return world;
+}
+
+std::shared_ptr<ProcessGroup> make_mpi_group(const BackendArgs& args) {
+  return std::make_shared<MpiGroup>(args);
+}
+
+}  // namespace dpx::detail
+
+#else  // !DPX_WITH_MPI
+
+namespace dpx::detail {
+namespace {
+
+[[noreturn]] void no_mpi(const std::string& where) {
+  TORCH_CHECK(false, where, "the mpi backend needs dpx built with an MPI, and this one was "
+              "not: no MPI C library was found when it was configured. Install one (Debian: "
+              "apt-get install libopenmpi-dev openmpi-bin, or libmpich-dev mpich) and configure "
+              "dpx again (docs/backends.md, \"The mpi backend\"); or use gloo.");
+}
+
+}  // namespace
+
+MpiWorld mpi_world(int, int) { no_mpi(""); }
+
+std::shared_ptr<ProcessGroup> make_mpi_group(const BackendArgs& args) {
+  no_mpi(where(args.rank, args.size));
+}
+
+}  // namespace dpx::detail
+
+#endif  // DPX_WITH_MPI

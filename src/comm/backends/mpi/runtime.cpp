@@ -1,0 +1,258 @@
+// Note [MPI thread] in runtime.h.
+#if DPX_WITH_MPI
+#include "comm/backends/mpi/runtime.h"
+
+#include <sched.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <vector>
+
+#include "comm/backends/mpi/datatypes.h"
+#include "dpx/errors.h"
+
+namespace dpx::detail::mpi {
+namespace {
+
+// Spinning without a completion for this long makes the thread yield between polls.
+constexpr auto kSpin = std::chrono::microseconds(50);
+// How long the idle thread looks for new tasks before it sleeps.
+constexpr auto kIdleSpin = std::chrono::microseconds(100);
+// How often lingering tasks are polled when nothing else is in flight.
+constexpr auto kLingerPoll = std::chrono::milliseconds(1);
+
+const char* thread_level(int level) {
+  switch (level) {
+    case MPI_THREAD_SINGLE: return "MPI_THREAD_SINGLE";
+    case MPI_THREAD_FUNNELED: return "MPI_THREAD_FUNNELED";
+    case MPI_THREAD_SERIALIZED: return "MPI_THREAD_SERIALIZED";
+    case MPI_THREAD_MULTIPLE: return "MPI_THREAD_MULTIPLE";
+  }
+  return "an unknown thread level";
+}
+
+std::mutex g_instance_mutex;
+Runtime* g_instance = nullptr;  // never deleted: its thread is stopped at exit instead
+std::exception_ptr g_failed;
+
+}  // namespace
+
+std::string error_string(int code) {
+  char text[MPI_MAX_ERROR_STRING];
+  int len = 0;
+  if (MPI_Error_string(code, text, &len) != MPI_SUCCESS) return "MPI error " + std::to_string(code);
+  return std::string(text, len);
+}
+
+Runtime& Runtime::instance() {
+  std::lock_guard<std::mutex> lock(g_instance_mutex);
+  if (g_instance) return *g_instance;
+  if (g_failed) std::rethrow_exception(g_failed);
+  try {
+    g_instance = new Runtime();
+  } catch (...) {
+    g_failed = std::current_exception();
+    throw;
+  }
+  return *g_instance;
+}
+
+Runtime::Runtime() {
+  std::exception_ptr error;
+  bool ready = false;
+  // The constructor's locals live until `ready`; the thread reads only its own copy after.
+  thread_ = std::thread([this, &error, &ready] {
+    std::exception_ptr failed;
+    try {
+      init();
+    } catch (...) {
+      failed = std::current_exception();
+    }
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      error = failed;
+      ready = true;
+    }
+    done_cv_.notify_all();
+    if (!failed) {
+      run();
+    } else if (owns_mpi_) {
+      MPI_Finalize();  // up, but unusable: OpenMPI would end the job at exit without it
+    }
+  });
+  std::unique_lock<std::mutex> lock(mutex_);
+  done_cv_.wait(lock, [&] { return ready; });
+  lock.unlock();
+  if (error) {
+    thread_.join();
+    std::rethrow_exception(error);
+  }
+  std::atexit(&Runtime::stop_at_exit);
+}
+
+void Runtime::init() {
+  int initialized = 0;
+  MPI_Initialized(&initialized);
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  if (finalized) {
+    throw DistributedError("mpi backend: MPI was already finalised in this process (MPI allows "
+                           "one MPI_Init per process); make the mpi groups before MPI_Finalize");
+  }
+  int provided = MPI_THREAD_SINGLE;
+  if (initialized) {
+    MPI_Query_thread(&provided);
+    if (provided < MPI_THREAD_MULTIPLE) {
+      throw DistributedError(std::string("mpi backend: this program initialised MPI with ") +
+                             thread_level(provided) + ", but dpx calls MPI from a thread of its "
+                             "own while the program may call it too; initialise it with "
+                             "MPI_Init_thread(..., MPI_THREAD_MULTIPLE, ...), or let dpx "
+                             "initialise it (do not call MPI_Init)");
+    }
+  } else {
+    const int rc = MPI_Init_thread(nullptr, nullptr, MPI_THREAD_SERIALIZED, &provided);
+    if (rc != MPI_SUCCESS) {
+      throw DistributedError("mpi backend: MPI_Init_thread failed (" + error_string(rc) +
+                             "); start the program with mpirun or srun --mpi=pmix");
+    }
+    owns_mpi_ = true;
+    if (provided < MPI_THREAD_SERIALIZED) {
+      // MPI is up and cannot be brought up again: finalise it at exit all the same.
+      throw DistributedError(std::string("mpi backend: the MPI library offers only ") +
+                             thread_level(provided) + ", and dpx needs MPI_THREAD_SERIALIZED "
+                             "(it calls MPI from a thread of its own); use an MPI built with "
+                             "thread support");
+    }
+  }
+  create_user_ops();
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank_);
+  MPI_Comm_size(MPI_COMM_WORLD, &size_);
+  char version[MPI_MAX_LIBRARY_VERSION_STRING];
+  int len = 0;
+  MPI_Get_library_version(version, &len);
+  library_.assign(version, len);
+  library_ = library_.substr(0, library_.find_first_of("\n,"));
+}
+
+bool Runtime::call(const std::function<void()>& fn) {
+  std::exception_ptr error;
+  bool done = false;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (stop_) return false;
+    queue_.push_back({nullptr, &fn, &error, &done});
+    queued_.store(1, std::memory_order_release);
+  }
+  cv_.notify_one();
+  std::unique_lock<std::mutex> lock(mutex_);
+  done_cv_.wait(lock, [&] { return done || stopped_; });
+  lock.unlock();
+  if (!done) return false;
+  if (error) std::rethrow_exception(error);
+  return true;
+}
+
+void Runtime::submit(std::shared_ptr<Task> task) {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    TORCH_CHECK(!stop_, "mpi backend: a collective was issued while the process exits");
+    queue_.push_back({std::move(task)});
+    queued_.store(1, std::memory_order_release);
+  }
+  cv_.notify_one();
+}
+
+void Runtime::run() {
+  using Clock = std::chrono::steady_clock;
+  std::vector<std::shared_ptr<Task>> active;
+  std::deque<Item> intake;
+  auto last_done = Clock::now();
+  for (;;) {
+    if (active.empty()) {
+      // A thread asleep takes microseconds to wake, more than a small collective lasts: look
+      // at the queue for a while before sleeping (a loop of allreduce()->wait() never sleeps).
+      const auto until = Clock::now() + kIdleSpin;
+      while (queued_.load(std::memory_order_acquire) == 0 && Clock::now() < until) sched_yield();
+    }
+    if (active.empty() || queued_.load(std::memory_order_acquire) != 0) {
+      std::unique_lock<std::mutex> lock(mutex_);
+      if (active.empty()) {
+        cv_.wait(lock, [&] { return stop_ || !queue_.empty(); });
+      }
+      if (stop_) break;
+      intake.swap(queue_);
+      queued_.store(0, std::memory_order_relaxed);
+    }
+    for (auto& item : intake) {
+      if (item.task) {
+        active.push_back(std::move(item.task));
+        continue;
+      }
+      try {
+        (*item.call)();
+      } catch (...) {
+        *item.error = std::current_exception();
+      }
+      {
+        std::lock_guard<std::mutex> lock(mutex_);
+        *item.done = true;
+      }
+      done_cv_.notify_all();
+    }
+    intake.clear();
+    // In order, and new tasks last in the order they came: a task's first poll issues its first
+    // MPI call, and every rank must issue a group's collectives in one order.
+    bool busy = false;
+    bool finished = false;
+    std::size_t kept = 0;
+    for (std::size_t i = 0; i < active.size(); ++i) {
+      const Task::State s = active[i]->poll();
+      if (s == Task::State::kDone) {
+        finished = true;
+        continue;
+      }
+      busy = busy || s == Task::State::kBusy;
+      if (kept != i) active[kept] = std::move(active[i]);
+      ++kept;
+    }
+    active.resize(kept);
+    const auto now = Clock::now();
+    if (finished) last_done = now;
+    if (!busy && !active.empty()) {
+      std::unique_lock<std::mutex> lock(mutex_);
+      cv_.wait_for(lock, kLingerPoll, [&] { return stop_ || !queue_.empty(); });
+    } else if (busy && now - last_done > kSpin) {
+      sched_yield();
+    }
+  }
+  active.clear();
+  if (owns_mpi_) {
+    int finalized = 0;
+    MPI_Finalized(&finalized);
+    if (!finalized) MPI_Finalize();
+  }
+}
+
+void Runtime::stop() {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (stop_) return;
+    stop_ = true;
+    queued_.store(1, std::memory_order_release);  // the thread looks under the lock only then
+  }
+  cv_.notify_all();
+  if (thread_.joinable()) thread_.join();
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    stopped_ = true;
+  }
+  done_cv_.notify_all();
+}
+
+void Runtime::stop_at_exit() {
+  std::lock_guard<std::mutex> lock(g_instance_mutex);
+  if (g_instance) g_instance->stop();
+}
+
+}  // namespace dpx::detail::mpi
+#endif  // DPX_WITH_MPI

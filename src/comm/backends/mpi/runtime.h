@@ -1,0 +1,102 @@
+// The process's MPI: initialised once, finalised at exit, and driven by one thread that makes
+// every MPI call of dpx (Note [MPI thread]). Included only by the mpi backend's files, inside
+// #if DPX_WITH_MPI.
+//
+// Note [MPI thread]
+// MPI allows one MPI_Init per process, and OpenMPI ends a job whose process exits without
+// MPI_Finalize; dpx makes and drops groups many times. So MPI belongs to the process, not to a
+// group:
+//  1. The first mpi group starts the thread, which calls MPI_Init_thread asking for
+//     MPI_THREAD_SERIALIZED (only this thread calls MPI, so no MPI needs the slower MULTIPLE).
+//     A program that initialised MPI itself must have asked for MPI_THREAD_MULTIPLE, since its
+//     own calls and the thread's may then overlap; it also finalises MPI itself.
+//  2. Groups hand the thread tasks (one per collective). The thread takes new tasks in call
+//     order and polls every task in flight (MPI_Test), so non-blocking collectives of several
+//     buckets progress together and a caller never blocks on MPI. With nothing in flight it
+//     sleeps on a condition variable (after looking at the queue for 100 us: waking a
+//     sleeping thread costs more than a small collective); while something is in flight it spins, yielding the core
+//     between polls after kSpin without a completion (OpenMPI's non-blocking collectives move
+//     only when MPI is called, so a sleeping thread would stall them).
+//  3. At exit (atexit, registered once MPI is up) the thread stops and calls MPI_Finalize, which
+//     OpenMPI completes even with requests still pending (a collective a stuck peer never
+//     joined); the thread owns no other state, so nothing outlives it.
+#pragma once
+
+#include <mpi.h>
+
+#include <atomic>
+#include <condition_variable>
+#include <deque>
+#include <exception>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+
+namespace dpx::detail::mpi {
+
+// One collective's steps on the MPI thread.
+class Task {
+ public:
+  enum class State {
+    kBusy,       // in flight: poll again at once
+    kLingering,  // its caller has its answer (a timeout), but MPI still owns a request into its
+                 // buffers: poll now and then until MPI lets go
+    kDone,
+  };
+  virtual ~Task() = default;
+  // On the MPI thread: first when the task is taken in, then at every poll.
+  virtual State poll() = 0;
+};
+
+class Runtime {
+ public:
+  // The process's runtime, started by the first call; throws DistributedError (every later
+  // call too) when MPI cannot be initialised or was initialised with too low a thread level.
+  static Runtime& instance();
+
+  int rank() const { return rank_; }
+  int size() const { return size_; }
+  // "Open MPI v4.1.4, ..." (MPI_Get_library_version's first line).
+  const std::string& library() const { return library_; }
+
+  // Runs `fn` on the MPI thread and returns when it did, rethrowing what it threw. False (and
+  // `fn` not run) once the thread stopped at exit.
+  bool call(const std::function<void()>& fn);
+  void submit(std::shared_ptr<Task> task);
+
+ private:
+  Runtime();
+  void run();
+  void init();
+  void stop();
+  static void stop_at_exit();
+
+  int rank_ = 0;
+  int size_ = 1;
+  std::string library_;
+  bool owns_mpi_ = false;  // we initialised MPI, so we finalise it
+
+  std::mutex mutex_;
+  std::condition_variable cv_;
+  struct Item {
+    std::shared_ptr<Task> task;
+    const std::function<void()>* call = nullptr;  // or a call (its caller waits on done)
+    std::exception_ptr* error = nullptr;
+    bool* done = nullptr;
+  };
+  std::deque<Item> queue_;
+  // 1 while queue_ holds something or stop_ is set: the thread reads it unlocked, and takes
+  // the lock (to see either) only when it is set or nothing is in flight.
+  std::atomic<int> queued_{0};
+  bool stop_ = false;
+  bool stopped_ = false;
+  std::condition_variable done_cv_;
+  std::thread thread_;
+};
+
+// MPI's text for an error code.
+std::string error_string(int code);
+
+}  // namespace dpx::detail::mpi

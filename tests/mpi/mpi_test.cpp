@@ -1,0 +1,405 @@
+// The mpi backend under a real MPI launcher: one process per rank, started by
+// `mpirun -np N dpx_mpi_tests` (tests/scripts/mpi.cmake runs N = 2, 3 and 4). Every rank runs
+// every test in the same order, as MPI needs; expected values are exact (small integers, which
+// every dtype holds and every reduction order gives alike).
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <csignal>
+#include <cstdlib>
+#include <thread>
+
+#include "comm/backends/mpi/process_group_mpi.h"
+#include "dpx/dpx.h"
+#include "multiproc/ddp_models.h"
+
+namespace dpx::mpi_test {
+namespace {
+
+using std::chrono::milliseconds;
+using Clock = std::chrono::steady_clock;
+
+std::shared_ptr<ProcessGroup> mpi_group(milliseconds timeout = milliseconds(20000)) {
+  InitOptions o;
+  o.backend = "mpi";
+  o.timeout = timeout;
+  o.process = std::nullopt;
+  return init_process_group(o);
+}
+
+double seconds_since(Clock::time_point t0) {
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+const std::vector<at::ScalarType> kDtypes = {at::kFloat, at::kDouble, at::kHalf,
+                                             at::kBFloat16, at::kInt, at::kLong};
+const std::vector<ReduceOp> kOps = {ReduceOp::kSum, ReduceOp::kAvg, ReduceOp::kMin,
+                                    ReduceOp::kMax, ReduceOp::kProduct};
+
+// Rank r's element i is r + 1 + i % 3.
+at::Tensor contribution(int r, std::int64_t n, at::ScalarType dtype) {
+  return (at::arange(n, at::kLong).remainder(3) + (r + 1)).to(dtype);
+}
+
+// The reduction of every rank's contribution, computed in float64.
+at::Tensor expected(int world, std::int64_t n, ReduceOp op, at::ScalarType dtype) {
+  at::Tensor acc = contribution(0, n, at::kDouble);
+  for (int r = 1; r < world; ++r) {
+    const at::Tensor c = contribution(r, n, at::kDouble);
+    switch (op) {
+      case ReduceOp::kSum:
+      case ReduceOp::kAvg: acc = acc + c; break;
+      case ReduceOp::kMin: acc = at::minimum(acc, c); break;
+      case ReduceOp::kMax: acc = at::maximum(acc, c); break;
+      case ReduceOp::kProduct: acc = acc * c; break;
+    }
+  }
+  if (op == ReduceOp::kAvg) acc = acc / world;
+  return acc.to(dtype);
+}
+
+bool applies(ReduceOp op, at::ScalarType dtype) {
+  return op != ReduceOp::kAvg || at::isFloatingType(dtype);
+}
+
+std::string label(at::ScalarType dtype, ReduceOp op) {
+  return std::string(c10::toString(dtype)) + " " + to_string(op);
+}
+
+TEST(MpiCollectives, AllreduceEveryDtypeAndOp) {
+  auto pg = mpi_group();
+  EXPECT_EQ(pg->backend(), "mpi");
+  for (auto dtype : kDtypes) {
+    for (auto op : kOps) {
+      if (!applies(op, dtype)) continue;
+      auto t = contribution(pg->rank(), 1003, dtype);
+      pg->allreduce(t, {op})->wait();
+      EXPECT_TRUE(torch::equal(t, expected(pg->size(), 1003, op, dtype))) << label(dtype, op);
+    }
+  }
+  // Sizes across OpenMPI's algorithm switches, and one element.
+  for (std::int64_t n : {1, 65539, 1 << 20}) {
+    auto t = contribution(pg->rank(), n, at::kFloat);
+    pg->allreduce(t)->wait();
+    EXPECT_TRUE(torch::equal(t, expected(pg->size(), n, ReduceOp::kSum, at::kFloat))) << n;
+  }
+}
+
+TEST(MpiCollectives, ReduceScatterEveryDtypeAndOp) {
+  auto pg = mpi_group();
+  const int w = pg->size();
+  const std::int64_t n = 257;
+  for (auto dtype : kDtypes) {
+    for (auto op : kOps) {
+      if (!applies(op, dtype)) continue;
+      auto in = contribution(pg->rank(), n * w, dtype);
+      auto out = at::empty({n}, dtype);
+      pg->reduce_scatter(out, in, {op})->wait();
+      auto want = expected(w, n * w, op, dtype).narrow(0, pg->rank() * n, n);
+      EXPECT_TRUE(torch::equal(out, want)) << label(dtype, op);
+    }
+  }
+  // The output inside the input (this rank's slice): reduced from a copy, same result.
+  auto in = contribution(pg->rank(), n * w, at::kFloat);
+  auto out = in.narrow(0, pg->rank() * n, n);
+  const auto want = expected(w, n * w, ReduceOp::kSum, at::kFloat).narrow(0, pg->rank() * n, n);
+  pg->reduce_scatter(out, in)->wait();
+  EXPECT_TRUE(torch::equal(out, want));
+}
+
+TEST(MpiCollectives, BroadcastEveryDtypeFromEveryRoot) {
+  auto pg = mpi_group();
+  for (auto dtype : kDtypes) {
+    for (int root = 0; root < pg->size(); ++root) {
+      auto t = contribution(pg->rank(), 333, dtype);
+      pg->broadcast(t, {root})->wait();
+      EXPECT_TRUE(torch::equal(t, contribution(root, 333, dtype)))
+          << c10::toString(dtype) << " root " << root;
+    }
+  }
+}
+
+TEST(MpiCollectives, AllgatherEveryDtype) {
+  auto pg = mpi_group();
+  const int w = pg->size();
+  for (auto dtype : kDtypes) {
+    auto in = contribution(pg->rank(), 101, dtype);
+    auto out = at::empty({w * 101}, dtype);
+    pg->allgather(out, in)->wait();
+    for (int r = 0; r < w; ++r) {
+      EXPECT_TRUE(torch::equal(out.narrow(0, r * 101, 101), contribution(r, 101, dtype)))
+          << c10::toString(dtype) << " slice " << r;
+    }
+  }
+  // The input already in its slot of the output (as FSDP gathers): MPI_IN_PLACE.
+  auto out = at::zeros({w * 64}, at::kFloat);
+  auto in = out.narrow(0, pg->rank() * 64, 64);
+  in.copy_(contribution(pg->rank(), 64, at::kFloat));
+  pg->allgather(out, in)->wait();
+  for (int r = 0; r < w; ++r) {
+    EXPECT_TRUE(torch::equal(out.narrow(0, r * 64, 64), contribution(r, 64, at::kFloat)));
+  }
+}
+
+TEST(MpiCollectives, BarrierWaitsForTheLastRank) {
+  auto pg = mpi_group();
+  if (pg->rank() == 0) std::this_thread::sleep_for(milliseconds(300));
+  const auto t0 = Clock::now();
+  pg->barrier()->wait();
+  if (pg->rank() != 0) EXPECT_GT(seconds_since(t0), 0.2);
+}
+
+// DDP's buckets: many collectives in flight at once, waited on in any order.
+TEST(MpiCollectives, ManyInFlight) {
+  auto pg = mpi_group();
+  std::vector<at::Tensor> tensors;
+  std::vector<std::shared_ptr<Work>> works;
+  for (int i = 0; i < 40; ++i) {
+    tensors.push_back(contribution(pg->rank(), 100 + 997 * i, at::kFloat));
+    works.push_back(pg->allreduce(tensors.back()));
+  }
+  for (int i = 39; i >= 0; --i) {
+    works[i]->wait();
+    EXPECT_TRUE(torch::equal(tensors[i],
+                             expected(pg->size(), 100 + 997 * i, ReduceOp::kSum, at::kFloat)));
+  }
+}
+
+TEST(MpiSetup, RankAndSizeComeFromMpiAndMustAgree) {
+  auto pg = mpi_group();
+  InitOptions o;
+  o.backend = "mpi";
+  o.process = std::nullopt;
+  o.rank = (pg->rank() + 1) % pg->size();
+  try {
+    init_process_group(o);
+    ADD_FAILURE() << "a rank that disagrees with MPI's was accepted";
+  } catch (const c10::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("takes rank and world size from MPI"), std::string::npos)
+        << e.what();
+  }
+}
+
+TEST(MpiSetup, DpxBackendSelectsIt) {
+  ASSERT_EQ(::setenv("DPX_BACKEND", "mpi", 1), 0);
+  InitOptions o;
+  o.process = std::nullopt;
+  auto pg = init_process_group(o);  // no MASTER_ADDR under mpirun: mpi needs none
+  ::unsetenv("DPX_BACKEND");
+  EXPECT_EQ(pg->backend(), "mpi");
+  auto t = at::ones({3});
+  pg->allreduce(t)->wait();
+  EXPECT_TRUE(torch::equal(t, at::full({3}, pg->size(), at::kFloat)));
+  // new_process_group takes no store for mpi.
+  auto other = new_process_group("mpi", nullptr, pg->rank(), pg->size());
+  other->barrier()->wait();
+}
+
+// With a store (here a file every rank opens, named after rank 0's pid, broadcast over mpi), the stall inspector
+// runs on an mpi group too and names the rank that has not issued the collective.
+TEST(MpiSetup, WithAStoreTheStallInspectorNamesTheLateRank) {
+  auto world = mpi_group();
+  auto pid = at::full({1}, static_cast<std::int64_t>(::getpid()), at::kLong);
+  world->broadcast(pid, {0})->wait();  // rank 0's pid names the file
+  const std::string path = "/tmp/dpx_mpi_test_store_" + std::to_string(pid.item<std::int64_t>());
+  {
+    auto store = Store::file(path, world->size());
+    ProcessGroup::Options o;
+    o.timeout = milliseconds(20000);
+    o.stall_threshold = milliseconds(200);
+    auto pg = new_process_group("mpi", store, world->rank(), world->size(), o);
+    const int late = pg->size() - 1;
+    if (pg->rank() == late) std::this_thread::sleep_for(milliseconds(1500));
+    auto t = at::ones({4});
+    pg->allreduce(t)->wait();
+    EXPECT_TRUE(torch::equal(t, at::full({4}, pg->size(), at::kFloat)));
+    if (pg->rank() != late) {
+      const std::string key = "dpx_stall/report/" + std::to_string(pg->rank());
+      ASSERT_TRUE(store->check({key})) << "no stall report";  // get() would wait for it
+      const std::string report = store->get(key);
+      EXPECT_NE(report.find("have not issued it yet: rank " + std::to_string(late)),
+                std::string::npos) << report;
+    }
+    pg->barrier()->wait();
+  }
+  world->barrier()->wait();
+  if (world->rank() == 0) std::remove(path.c_str());
+}
+
+TEST(MpiFaults, RanksThatDisagreeGetMismatchErrorAndTheGroupGoesOn) {
+  auto pg = mpi_group();
+  auto t = at::ones({pg->rank() == 0 ? 10 : 20});
+  try {
+    pg->allreduce(t)->wait();
+    ADD_FAILURE() << "a mismatch went unnoticed";
+  } catch (const MismatchError& e) {
+    EXPECT_NE(std::string(e.what()).find("ranks disagree"), std::string::npos) << e.what();
+  }
+  EXPECT_TRUE(torch::equal(t, at::ones({pg->rank() == 0 ? 10 : 20})));  // no data moved
+  // A different op on rank 0: also found.
+  auto u = at::ones({4});
+  EXPECT_THROW(pg->allreduce(u, {pg->rank() == 0 ? ReduceOp::kMax : ReduceOp::kSum})->wait(),
+               MismatchError);
+  auto v = at::ones({5});
+  pg->allreduce(v)->wait();
+  EXPECT_TRUE(torch::equal(v, at::full({5}, pg->size(), at::kFloat)));
+}
+
+// A caller's short wait ends on time, naming the collective, and the collective still runs.
+TEST(MpiFaults, ShortWaitTimesOutAndTheCollectiveGoesOn) {
+  auto pg = mpi_group();
+  const int late = pg->size() - 1;
+  if (pg->rank() == late) std::this_thread::sleep_for(milliseconds(700));
+  auto t = at::ones({8});
+  auto work = pg->allreduce(t);
+  if (pg->rank() != late) {
+    const auto t0 = Clock::now();
+    try {
+      work->wait(milliseconds(100));
+      ADD_FAILURE() << "the wait did not time out";
+    } catch (const TimeoutError& e) {
+      EXPECT_NE(std::string(e.what()).find("allreduce(sum) on 8 Float"), std::string::npos)
+          << e.what();
+    }
+    EXPECT_LT(seconds_since(t0), 0.4);
+  }
+  work->wait();
+  EXPECT_TRUE(torch::equal(t, at::full({8}, pg->size(), at::kFloat)));
+}
+
+// A rank that never arrives: the others end within the group's timeout with TimeoutError
+// naming the collective, and the group fails every later collective at once.
+TEST(MpiFaults, RankThatStopsArrivingEndsInTimeoutError) {
+  const int world = mpi_group()->size();
+  auto pg = mpi_group(milliseconds(1000));
+  if (pg->rank() != world - 1) {
+    auto t = at::ones({16});
+    const auto t0 = Clock::now();
+    try {
+      pg->allreduce(t)->wait();
+      ADD_FAILURE() << "the allreduce finished without the last rank";
+    } catch (const TimeoutError& e) {
+      EXPECT_NE(std::string(e.what()).find("allreduce(sum) on 16 Float"), std::string::npos)
+          << e.what();
+    }
+    const double took = seconds_since(t0);
+    EXPECT_GT(took, 0.9);
+    EXPECT_LT(took, 2.0);
+    const auto t1 = Clock::now();
+    EXPECT_THROW(pg->barrier()->wait(), TimeoutError);
+    EXPECT_LT(seconds_since(t1), 0.5);
+  }
+  // Every rank goes on with a new group.
+  auto next = mpi_group();
+  auto t = at::ones({2});
+  next->allreduce(t)->wait();
+  EXPECT_TRUE(torch::equal(t, at::full({2}, world, at::kFloat)));
+}
+
+template <typename Holder>
+std::vector<torch::Tensor> detached(const Holder& m) {
+  std::vector<torch::Tensor> out;
+  for (const auto& p : m->parameters()) out.push_back(p.detach().clone());
+  return out;
+}
+
+// W ranks on B samples each end with the parameters of one process on the W*B samples
+// (tests/multiproc/ddp_equivalence_test.cpp); tiny buckets put several all-reduces in flight
+// during backward.
+TEST(MpiDdp, EquivalentToOneProcess) {
+  auto pg = mpi_group();
+  const int w = pg->size();
+  const int rank = pg->rank();
+  constexpr int kSteps = 4;
+  constexpr int kPerRank = 4;
+  for (double cap : {25.0, 0.0005}) {
+    auto batches = test::make_batches(kSteps, w, kPerRank, {16});
+    torch::manual_seed(7 + rank);  // ranks start different: DDP's broadcast must fix it
+    test::Mlp net;
+    torch::manual_seed(7);
+    test::Mlp ref;
+    DistributedDataParallelOptions options;
+    options.bucket_cap_mb = cap;
+    options.first_bucket_cap_mb = cap;
+    DistributedDataParallel ddp(net, pg, options);
+    torch::optim::SGD opt(ddp->parameters(), torch::optim::SGDOptions(0.05).momentum(0.9));
+    torch::optim::SGD ref_opt(ref->parameters(), torch::optim::SGDOptions(0.05).momentum(0.9));
+    for (int s = 0; s < kSteps; ++s) {
+      auto b = test::slice(batches[s], rank, w);
+      opt.zero_grad();
+      torch::nn::functional::cross_entropy(ddp->forward(b.x), b.y).backward();
+      opt.step();
+      ref_opt.zero_grad();
+      torch::nn::functional::cross_entropy(ref->forward(batches[s].x), batches[s].y).backward();
+      ref_opt.step();
+    }
+    test::expect_params_close(detached(net), detached(ref));
+    EXPECT_EQ(ddp->stats().iterations, kSteps);
+  }
+}
+
+// Run alone (CTest mpi.setup_timeout): the last rank never makes the group, and the others'
+// set-up ends in TimeoutError within the group's timeout instead of blocking in MPI. MPI's
+// group creations are then out of step across ranks, so nothing else runs after it.
+TEST(MpiSetupTimeout, DISABLED_ARankThatNeverMakesTheGroup) {
+  const char* rank = std::getenv("OMPI_COMM_WORLD_RANK");
+  const char* size = std::getenv("OMPI_COMM_WORLD_SIZE");
+  ASSERT_TRUE(rank && size) << "run under mpirun.openmpi";
+  if (std::atoi(rank) == std::atoi(size) - 1) {
+    detail::mpi_world();  // MPI is up (mpirun ends a job one of whose ranks never starts it)
+    std::this_thread::sleep_for(milliseconds(1500));
+    return;
+  }
+  const auto t0 = Clock::now();
+  try {
+    mpi_group(milliseconds(1000));
+    ADD_FAILURE() << "a group was made without the last rank";
+  } catch (const TimeoutError& e) {
+    EXPECT_NE(std::string(e.what()).find("did not all make the group within 1000 ms"),
+              std::string::npos) << e.what();
+  }
+  EXPECT_LT(seconds_since(t0), 2.5);
+}
+
+// Run by hand (docs/backends.md): the last rank is killed while the others wait in an
+// all-reduce; what OpenMPI's mpirun then does is what the user sees.
+TEST(MpiKilled, DISABLED_LastRankKilledDuringAnAllreduce) {
+  auto pg = mpi_group(milliseconds(10000));
+  auto t = at::ones({1 << 20});
+  if (pg->rank() == pg->size() - 1) {
+    std::this_thread::sleep_for(milliseconds(200));
+    ::raise(SIGKILL);
+  }
+  pg->allreduce(t)->wait();
+}
+
+// Run only where dpx was built without MPI (tests/scripts/mpi.cmake): the backend is absent
+// and asking for it says what to install.
+TEST(MpiAbsent, DISABLED_AskingForItNamesWhatToInstall) {
+  InitOptions o;
+  o.backend = "mpi";
+  o.process = std::nullopt;
+  try {
+    init_process_group(o);
+    ADD_FAILURE() << "an mpi group was made by a dpx built without MPI";
+  } catch (const c10::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("libopenmpi-dev"), std::string::npos) << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace dpx::mpi_test
+
+// Every rank runs every test; ranks other than 0 print only failures.
+// (The flag is read when InitGoogleTest picks the printer.)
+int main(int argc, char** argv) {
+  const char* rank = std::getenv("OMPI_COMM_WORLD_RANK");
+  if (!rank) rank = std::getenv("PMI_RANK");
+  if (rank && std::string(rank) != "0") ::testing::GTEST_FLAG(brief) = true;
+  ::testing::InitGoogleTest(&argc, argv);
+  return RUN_ALL_TESTS();
+}

@@ -1,0 +1,40 @@
+# The mpi backend under its own MPI's launcher at 2, 3 and 4 ranks (oversubscribed on small
+# machines), every rank running dpx_mpi_tests (tests/mpi/mpi_test.cpp). Without MPI the backend
+# is absent: the tests are reported as skipped, and one checks that asking for it says what to
+# install.
+if(DPX_WITH_MPI AND DPX_MPIEXEC)
+  foreach(np IN ITEMS 2 3 4)
+    add_test(NAME mpi.np${np}
+      COMMAND ${DPX_MPIEXEC} ${DPX_MPIEXEC_FLAGS} -np ${np} $<TARGET_FILE:dpx_mpi_tests>)
+    # OpenMPI refuses root without both variables (CI runs as root).
+    set_tests_properties(mpi.np${np} PROPERTIES LABELS "multiproc;mpi" TIMEOUT 120
+      ENVIRONMENT "OMPI_ALLOW_RUN_AS_ROOT=1;OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1;OMPI_MCA_rmaps_base_oversubscribe=1")
+  endforeach()
+  add_test(NAME mpi.setup_timeout COMMAND ${DPX_MPIEXEC} ${DPX_MPIEXEC_FLAGS} -np 2
+    $<TARGET_FILE:dpx_mpi_tests> --gtest_also_run_disabled_tests
+    --gtest_filter=MpiSetupTimeout.*)
+  set_tests_properties(mpi.setup_timeout PROPERTIES LABELS "multiproc;mpi" TIMEOUT 60
+    ENVIRONMENT "OMPI_ALLOW_RUN_AS_ROOT=1;OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1")
+  if(DPX_MPI_VENDOR STREQUAL "openmpi")
+    add_test(NAME mpi.killed_rank COMMAND bash ${CMAKE_CURRENT_LIST_DIR}/mpi/killed_rank.sh
+      ${DPX_MPIEXEC} "${DPX_MPIEXEC_FLAGS}" $<TARGET_FILE:dpx_mpi_tests>)
+    set_tests_properties(mpi.killed_rank PROPERTIES LABELS "multiproc;mpi" TIMEOUT 60
+      ENVIRONMENT "OMPI_ALLOW_RUN_AS_ROOT=1;OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1")
+  endif()
+else()
+  add_test(NAME mpi.skipped COMMAND ${CMAKE_COMMAND} -E echo
+    "SKIPPED: dpx was built without MPI (no MPI C library found at configure time, or DPX_MPI=OFF)")
+  set_tests_properties(mpi.skipped PROPERTIES LABELS "mpi" SKIP_REGULAR_EXPRESSION "SKIPPED")
+  add_test(NAME mpi.absent COMMAND dpx_mpi_tests --gtest_also_run_disabled_tests
+    --gtest_filter=MpiAbsent.*)
+  set_tests_properties(mpi.absent PROPERTIES LABELS "unit;mpi" TIMEOUT 60)
+endif()
+
+# dpx-bench allreduce --backend mpi at tiny sizes on two ranks, so the benchmark cannot rot.
+if(DPX_WITH_MPI AND DPX_MPIEXEC AND TARGET dpx-bench)
+  add_test(NAME bench_allreduce_mpi
+    COMMAND ${DPX_MPIEXEC} ${DPX_MPIEXEC_FLAGS} -np 2 $<TARGET_FILE:dpx-bench> allreduce
+      --backend mpi --min-bytes 4 --max-bytes 65536 --iters 5 --warmup 1)
+  set_tests_properties(bench_allreduce_mpi PROPERTIES LABELS "scripts;bench;mpi" TIMEOUT 90
+    ENVIRONMENT "OMPI_ALLOW_RUN_AS_ROOT=1;OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1")
+endif()
