@@ -15,6 +15,7 @@
 #include "dpx/fsdp/fsdp_state_dict.h"
 #include "dpx/fsdp/fully_shard.h"
 #include "dpx/runtime/files.h"
+#include "support/checkpoint_files.h"
 #include "support/harness.h"
 #include "support/python_oracle.h"
 #include "support/temp_dir.h"
@@ -22,20 +23,7 @@
 namespace dpx::dcp_save_test {
 namespace {
 
-// tests/python/dcp_oracle.py's model and values.
-torch::nn::Sequential oracle_model() {
-  torch::nn::Sequential m(torch::nn::Linear(6, 7), torch::nn::Tanh(), torch::nn::Linear(7, 2),
-                          torch::nn::Linear(2, 5));
-  m[3]->to(torch::kBFloat16);
-  torch::NoGradGuard no_grad;
-  int64_t i = 0;
-  for (auto& p : m->parameters()) {
-    p.copy_((torch::arange(p.numel(), torch::kDouble).reshape(p.sizes()) * 0.37 -
-             static_cast<double>(i++))
-                .to(p.scalar_type()));
-  }
-  return m;
-}
+using test::dcp_oracle_model;
 
 // `world` ranks save the oracle model to dir/sharded-<world> (fully_shard) and
 // dir/replicated-<world> (the whole module on every rank, as under DDP).
@@ -44,10 +32,10 @@ void save_on(int world, const std::string& dir) {
   test::expect_all_ok(test::run_processes(world, [&](int rank) {
     torch::set_num_threads(1);
     auto pg = new_process_group("shm", server.client(), rank, world);
-    auto whole = oracle_model();
+    auto whole = dcp_oracle_model();
     dcp_save_state_dict(*whole, dir + "/replicated-" + std::to_string(world), pg,
                         {.prefix = "model."});
-    auto sharded = oracle_model();
+    auto sharded = dcp_oracle_model();
     fully_shard(sharded[3], pg);
     fully_shard(sharded.ptr(), pg);
     dcp_save_state_dict(*sharded, dir + "/sharded-" + std::to_string(world), nullptr,
@@ -60,7 +48,7 @@ TEST(DcpSave, PyTorchLoadsWhatDpxWroteOnAnyWorldSize) {
   test::TempDir dir;
   {
     auto dict = c10::impl::GenericDict(c10::StringType::get(), c10::TensorType::get());
-    for (const auto& [name, t] : state_dict(*oracle_model())) dict.insert(name, t);
+    for (const auto& [name, t] : state_dict(*dcp_oracle_model())) dict.insert(name, t);
     torch_save(dict, dir / "expected.pt");
   }
   std::vector<std::string> names;
@@ -82,11 +70,13 @@ TEST(DcpSave, PyTorchLoadsWhatDpxWroteOnAnyWorldSize) {
         << "PyTorch's dcp.load on " << world << " rank(s) (its output is above)";
   }
   for (const auto& name : names) {  // dpx reads its own checkpoints whole, too
-    auto m = torch::nn::Sequential(torch::nn::Linear(6, 7), torch::nn::Tanh(),
-                                   torch::nn::Linear(7, 2), torch::nn::Linear(2, 5));
-    m[3]->to(torch::kBFloat16);
+    auto m = dcp_oracle_model();
+    {
+      torch::NoGradGuard no_grad;
+      for (auto& p : m->parameters()) p.zero_();
+    }
     dcp_load_state_dict(*m, dir / name, {.prefix = "model."});
-    const auto expected = state_dict(*oracle_model());
+    const auto expected = state_dict(*dcp_oracle_model());
     const auto ours = state_dict(*m);
     for (size_t i = 0; i < ours.size(); ++i) {
       EXPECT_TRUE(torch::equal(ours[i].second, expected[i].second)) << name << " " << ours[i].first;
@@ -109,7 +99,7 @@ TEST(DcpSave, DpxReshardsAPyTorchCheckpointOnOtherWorldSizes) {
     test::expect_all_ok(test::run_processes(world, [&](int rank) {
       torch::set_num_threads(1);
       auto pg = new_process_group("shm", server.client(), rank, world);
-      auto m = oracle_model();
+      auto m = dcp_oracle_model();
       fully_shard(m[3], pg);
       fully_shard(m.ptr(), pg);
       {
@@ -133,7 +123,7 @@ TEST(DcpSave, ARankKilledMidWriteLeavesNoCheckpoint) {
     torch::set_num_threads(1);
     auto pg = new_process_group("shm", server.client(), rank, 2,
                                 test::with_timeout(std::chrono::seconds(5)));
-    auto m = oracle_model();
+    auto m = dcp_oracle_model();
     DcpSaveOptions options{.prefix = "model.", .timeout = std::chrono::seconds(5)};
     if (rank == 1) options.write.after_partial_write = [] { test::kill_this_rank(); };
     dcp_save_state_dict(*m, ckpt, pg, options);
@@ -141,7 +131,7 @@ TEST(DcpSave, ARankKilledMidWriteLeavesNoCheckpoint) {
   ASSERT_EQ(results.size(), 2u);
   EXPECT_NE(results[0].exit_code, 0) << "rank 0 returned from a save its peer never finished";
   EXPECT_FALSE(path_exists(ckpt + "/.metadata"));
-  auto m = oracle_model();
+  auto m = dcp_oracle_model();
   try {
     dcp_load_state_dict(*m, ckpt);
     ADD_FAILURE() << "a checkpoint cut short loaded";

@@ -31,6 +31,7 @@ import sys
 import torch
 import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
+from rank_processes import wait_all
 
 
 def model():
@@ -194,15 +195,6 @@ def fresh(store):
         os.remove(store)
 
 
-def wait_all(ranks):
-    """0 when every rank exited 0; a rank still running after 150 s is killed."""
-    try:
-        codes = [p.wait(timeout=150) for p in ranks]
-    finally:
-        for p in ranks:
-            if p.poll() is None:
-                p.kill()
-    return 0 if all(c == 0 for c in codes) else 1
 
 
 if __name__ == "__main__":

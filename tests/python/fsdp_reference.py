@@ -20,6 +20,7 @@ import sys
 
 import torch
 import torch.distributed as dist
+from rank_processes import wait_all
 
 
 class Block(torch.nn.Module):
@@ -143,15 +144,8 @@ def main():
         run_rank(int(rank), int(world), folder, optimizer, model, dtype, sys.argv[8:11])
         return 0
     folder, world = sys.argv[1], int(sys.argv[2])
-    ranks = [subprocess.Popen([sys.executable, __file__, "--rank", str(r), *sys.argv[1:9]])
-             for r in range(world)]
-    try:
-        codes = [p.wait(timeout=150) for p in ranks]
-    finally:
-        for p in ranks:
-            if p.poll() is None:
-                p.kill()
-    return 0 if all(c == 0 for c in codes) else 1
+    return wait_all([subprocess.Popen([sys.executable, __file__, "--rank", str(r),
+                                       *sys.argv[1:9]]) for r in range(world)])
 
 
 if __name__ == "__main__":

@@ -3,6 +3,7 @@
 #include <caffe2/serialize/inline_container.h>
 #include <torch/nn/modules/batchnorm.h>
 #include <torch/nn/modules/linear.h>
+#include <torch/torch.h>
 #include <unistd.h>
 
 #include <fstream>
@@ -30,6 +31,20 @@ const std::vector<std::string> kModelKeys = {
     "0.weight",       "0.bias",         "1.weight",
     "1.bias",         "1.running_mean", "1.running_var",
     "1.num_batches_tracked", "2.weight", "2.bias"};
+
+torch::nn::Sequential dcp_oracle_model() {
+  torch::nn::Sequential m(torch::nn::Linear(6, 7), torch::nn::Tanh(), torch::nn::Linear(7, 2),
+                          torch::nn::Linear(2, 5));
+  m[3]->to(torch::kBFloat16);
+  torch::NoGradGuard no_grad;
+  int64_t i = 0;
+  for (auto& p : m->parameters()) {
+    p.copy_((torch::arange(p.numel(), torch::kDouble).reshape(p.sizes()) * 0.37 -
+             static_cast<double>(i++))
+                .to(p.scalar_type()));
+  }
+  return m;
+}
 
 void write_zip_with_pickle(const std::string& path, const std::string& pickle) {
   std::ofstream out(path, std::ios::binary);

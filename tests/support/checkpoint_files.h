@@ -30,6 +30,10 @@ inline bool oracle(const std::string& args) { return run_oracle(DPX_PYTHON, args
 torch::nn::Sequential make_model();
 extern const std::vector<std::string> kModelKeys;
 
+// tests/python/dcp_oracle.py's model: Sequential(Linear(6, 7), Tanh(), Linear(7, 2), Linear(2, 5)
+// in bfloat16), its parameters set to the oracle's values (arange * 0.37 - i, i-th parameter).
+torch::nn::Sequential dcp_oracle_model();
+
 // A torch.save-shaped zip whose data.pkl is `pickle` (hand-written, e.g. calling os.system).
 void write_zip_with_pickle(const std::string& path, const std::string& pickle);
 

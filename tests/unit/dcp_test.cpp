@@ -13,11 +13,9 @@
 
 namespace {
 
-// The oracle's model: Sequential(Linear(6, 7), Tanh(), Linear(7, 2), Linear(2, 5) in bfloat16).
+// The oracle's model, its parameters zero until a checkpoint fills them.
 torch::nn::Sequential oracle_model() {
-  torch::nn::Sequential m(torch::nn::Linear(6, 7), torch::nn::Tanh(), torch::nn::Linear(7, 2),
-                          torch::nn::Linear(2, 5));
-  m[3]->to(torch::kBFloat16);
+  auto m = dpx::test::dcp_oracle_model();
   torch::NoGradGuard no_grad;
   for (auto& p : m->parameters()) p.zero_();
   return m;

@@ -72,7 +72,8 @@ const std::array<PickleReader::Handler, 256>& PickleReader::handlers() {
   return table;
 }
 
-PickledObjects PickleReader::run_to_graph() {
+// Runs the opcodes up to STOP; the stack then holds the one object the pickle made.
+void PickleReader::run_to_stop() {
   const auto& table = handlers();
   while (!done_) {
     const auto op = static_cast<uint8_t>(*take(1));
@@ -81,34 +82,25 @@ PickledObjects PickleReader::run_to_graph() {
       std::snprintf(hex, sizeof(hex), "0x%02x", op);
       --pos_;
       fail(std::string("unsupported pickle opcode ") + hex +
-           " (only the opcodes DCP's metadata and torch.save write are read)");
+           " (only the opcodes torch.save writes for tensors and plain containers, and those of "
+           "DCP's metadata, are read)");
     }
     (this->*table[op])();
   }
   if (stack_.size() != 1) {
     fail("malformed pickle: stack holds " + std::to_string(stack_.size()) + " items at STOP");
   }
+}
+
+PickledObjects PickleReader::run_to_graph() {
+  run_to_stop();
   const NodeId root = stack_.back();
   graph_.check(root);
   return PickledObjects{std::move(graph_), root};
 }
 
 Unpickled PickleReader::run() {
-  const auto& table = handlers();
-  while (!done_) {
-    const auto op = static_cast<uint8_t>(*take(1));
-    if (table[op] == nullptr) {
-      char hex[8];
-      std::snprintf(hex, sizeof(hex), "0x%02x", op);
-      --pos_;
-      fail(std::string("unsupported pickle opcode ") + hex +
-           " (only the opcodes torch.save writes for tensors and plain containers are read)");
-    }
-    (this->*table[op])();
-  }
-  if (stack_.size() != 1) {
-    fail("malformed pickle: stack holds " + std::to_string(stack_.size()) + " items at STOP");
-  }
+  run_to_stop();
   Unpickled out;
   out.value = graph_.value(stack_.back());
   for (const auto& [dict, state] : dict_states_) {

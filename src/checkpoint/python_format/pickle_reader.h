@@ -36,6 +36,7 @@ class PickleReader {
  private:
   using Handler = void (PickleReader::*)();
   static const std::array<Handler, 256>& handlers();
+  void run_to_stop();
 
   // The byte cursor.
   [[noreturn]] void fail(const std::string& msg) const;
