@@ -45,7 +45,8 @@ ci_targets() {
   case "$1" in
     2.11) echo dpx_unit_tests dpx_pickle_fuzz dpxrun fashion_mnist ;;
     *) echo dpx_unit_tests dpx_multirank_tests dpx_multiproc_tests dpx_isolated_tests \
-         dpx_conformance_tests dpx_test_worker dpx_pickle_fuzz dpxrun fashion_mnist dpx-bench ;;
+         dpx_conformance_tests dpx_test_worker dpx_pickle_fuzz dpx_mpi_tests dpxrun \
+         fashion_mnist dpx-bench ;;
   esac
 }
 # Tests whose subject holds no LibTorch-version-dependent code (docs/ci.md): the launcher's agent
