@@ -9,19 +9,24 @@
 #                                            Gloo's and zlib's headers; Fashion-MNIST: 36 MB)
 #                                            into build-gpu-deps/ (ignored by git), to take along
 #   bash scripts/gpu_check.sh plan           the steps, in order, with their time budgets
-#   bash scripts/gpu_check.sh filters BUILD  each test step's gtest filter against BUILD's test
-#                                            binaries, no GPU needed: fails if a pattern matches
-#                                            no test (CTest scripts.gpu_check_filters)
+#   bash scripts/gpu_check.sh dry-run BUILD  every step without a GPU, against BUILD's binaries:
+#                                            each command is checked and printed, not run; each
+#                                            gtest filter must match tests (CTest
+#                                            scripts.gpu_check_dry_run, so CI finds the script's
+#                                            own mistakes before a GPU is at hand)
 #   bash scripts/gpu_check.sh all [RESULTS]  on the GPU machine: every step, under one deadline
 #
-# Steps run most-informative first: build, the CUDA tests, the example, the benchmarks. Each has
-# a budget (`plan`); a step gets its budget or what is left of the deadline (GPU_CHECK_SECONDS,
-# default 570), whichever is less, and what no longer fits is reported as not run. After each
-# step RESULTS (default $OUT, else runs/gpu) holds what ran so far, in at most 6 files:
-# summary.json and summary.txt (every step: status, seconds, budget, detail), the gtest XML of
-# each test binary, and logs.tar.gz (every log), so a call that is killed still returns them.
-# Without a GPU `all` says so in one line and exits 1. Python: DPX_PYTHON, else the first
-# python3/python on PATH whose torch has CUDA.
+# Steps run in priority order: the build; NCCL's correctness with several ranks (they share the
+# one GPU, each a host of its own to NCCL: Note [NCCL ranks sharing a GPU] in
+# tests/support/nccl_ranks.h); NCCL's failure paths; the example over NCCL; the other GPU tests;
+# the example; the benchmarks. Each has a budget (`plan`); a step gets its budget or what is left
+# of the deadline (GPU_CHECK_SECONDS, default 570), whichever is less, and what no longer fits is
+# reported as not run. After each step RESULTS (default $OUT, else runs/gpu) holds what ran so
+# far in three files: summary.json and summary.txt (the GPU, driver, PyTorch, commit; every
+# step: status, seconds, budget, detail) and logs.tar.gz (every log, each step's gtest XML, the
+# benchmarks' output), so a call that is killed still returns them. Without a GPU `all` says so
+# in one line and exits 1. Python: DPX_PYTHON, else the first python3/python on PATH whose torch
+# has CUDA. The commit: git's, else DPX_COMMIT (a GPU machine gets the tree without .git).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 deps="$PWD/build-gpu-deps"
@@ -31,14 +36,18 @@ start=$SECONDS
 
 # name budget(s) what
 steps=(
-  "build 300 configure and build dpx, its tests, the example and dpx-bench (DPX_CUDA=ON)"
-  "unit 20 unit tests that need a GPU"
-  "multirank 20 threads-as-ranks tests on the GPU: staged groups, nccl"
-  "multiproc 60 process tests on the GPU: DDP, the launcher counting GPUs, the example's CLI"
-  "example 30 the example on the GPU, 2 workers, 1 epoch: test accuracy at least 85%"
-  "bench_allreduce 30 all-reduce: nccl on 1 rank, 2 ranks shm-staged on the GPU, 2 CPU ranks"
-  "bench_ddp 95 DDP step: 1 rank against plain LibTorch, 2 ranks against Python DDP"
-  "bench_dp 15 DataParallel: 2 replicas sharing cuda:0 against the module alone there"
+  "build 210 configure and build dpx, its tests, the example and dpx-bench (DPX_CUDA=ON)"
+  "nccl 60 DDP (2, 3 ranks), fully_shard, SyncBatchNorm, ZeRO, PowerSGD, join over nccl"
+  "conformance_nccl 60 the conformance suite's nccl instances"
+  "nccl_faults 40 nccl: a killed rank, a stopped rank: typed errors, no hang"
+  "example_nccl 30 the example over nccl, 2 workers sharing the GPU, 1 epoch: at least 85%"
+  "unit 10 unit tests that need a GPU"
+  "multirank 10 threads-as-ranks tests on the GPU: staged groups, nccl on one rank"
+  "multiproc 40 process tests on the GPU over staged groups, the launcher, the example's CLI"
+  "example 15 the example on the GPU, 2 workers, shm-staged, 1 epoch: at least 85%"
+  "bench_allreduce 20 all-reduce: nccl on 1 rank, 2 ranks shm-staged on the GPU, 2 CPU ranks"
+  "bench_ddp 60 DDP step: 1 rank against plain LibTorch, 2 ranks against Python DDP"
+  "bench_dp 10 DataParallel: 2 replicas sharing cuda:0 against the module alone there"
 )
 
 plan() {
@@ -86,10 +95,19 @@ python_with_cuda_torch() {
 }
 
 # Runs a command for at most the step's budget and never past the deadline: 124 when it was
-# killed for time, 125 when no time was left to start it.
+# killed for time, 125 when no time was left to start it. In a dry run the command is checked
+# (its program exists) and printed instead.
 limited() {
   local limit=$1
   shift
+  if ((dry)); then
+    local prog=$1
+    [ "$prog" = bash ] && prog=$2
+    [ -x "$prog" ] || [ -f "$prog" ] || command -v "$prog" >/dev/null ||
+      { echo "dry-run: '$prog' does not exist" | tee -a "$work/summary.txt"; return 1; }
+    echo "dry-run: would run for at most ${limit} s: $*" | tee -a "$work/summary.txt"
+    return 0
+  fi
   local left=$((deadline_s - (SECONDS - start) - 5))
   ((left < limit)) && limit=$left
   ((limit >= 10)) || return 125
@@ -111,12 +129,21 @@ json.dump(doc, open(path, "w"), indent=1)
 PY
   say "$name: $status in ${seconds} s (budget ${budget} s)${detail:+: $detail}"
   cp "$work/summary.json" "$work/summary.txt" "$results/"
-  cp "$work"/*.xml "$results/" 2>/dev/null
   tar czf "$results/logs.tar.gz" -C "$work" --exclude='*.tar.gz' . 2>/dev/null
 }
 
+targets=(dpx_unit_tests dpx_multirank_tests dpx_multiproc_tests dpx_conformance_tests fashion_mnist
+         dpxrun dpx-bench)
+
 step_build() {
-  local rc=0
+  local rc=0 t
+  if ((dry)); then
+    for t in "${targets[@]}"; do
+      cmake --build "$bin" --target help | grep -q "^$t:" ||
+        { detail="$bin has no target $t"; return 1; }
+    done
+    return 0
+  fi
   if ! find "$deps/prefix" -name 'GTestConfig.cmake' | grep -q .; then
     # A build folder configured elsewhere names that machine's tools (its ninja): start afresh.
     rm -rf "$deps/gtest-build"
@@ -126,13 +153,12 @@ step_build() {
   fi
   local zlib=()
   [ -f /usr/include/zlib.h ] || zlib=(-DZLIB_ROOT="$deps/zlib")
-  mkdir -p build-gpu
-  cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DDPX_CUDA=ON "${zlib[@]}" \
+  mkdir -p "$bin"
+  cmake -S . -B "$bin" -G Ninja -DCMAKE_BUILD_TYPE=Release -DDPX_CUDA=ON "${zlib[@]}" \
     -DCMAKE_PREFIX_PATH="$("$PY" -c 'import torch; print(torch.utils.cmake_prefix_path)');$deps/prefix" \
     -DDPX_PYTHON="$PY" >"$work/configure.log" 2>&1 || { rc=$?; failed_log configure; return $rc; }
   grep 'dpx:' "$work/configure.log" | tee -a "$work/summary.txt"
-  limited "$1" cmake --build build-gpu -j "$(nproc)" --target dpx_unit_tests dpx_multirank_tests \
-    dpx_multiproc_tests fashion_mnist dpxrun dpx-bench >"$work/build.log" 2>&1 ||
+  limited "$1" cmake --build "$bin" -j "$(nproc)" --target "${targets[@]}" >"$work/build.log" 2>&1 ||
     { rc=$?; failed_log build; return $rc; }
 }
 
@@ -143,44 +169,44 @@ failed_log() {
   detail="$1.log: ${first:-$(tail -n 1 "$work/$1.log")}"
 }
 
-# Every test that needs a GPU has Cuda or Nccl in its suite's name, or is named here (each skips
-# without a GPU elsewhere, so here it must run); Cli.Example* runs the example's CLI.
+# The test steps: each runs one test binary (tests/dpx_<tier>_tests) with a gtest filter. Every
+# test that needs a GPU has Cuda or Nccl in its suite's name, or /nccl in its parameter's, or is
+# named here (each skips without a GPU elsewhere, so here it must run); Cli.Example* runs the
+# example's CLI. A filter's patterns are each checked to match a test; a `-` part excludes.
+declare -A tiers=([nccl]=multiproc [conformance_nccl]=conformance [nccl_faults]=multiproc
+                  [unit]=unit [multirank]=multirank [multiproc]=multiproc)
 declare -A filters=(
+  [nccl]='*/nccl:DdpCuda.OneRankOverNccl*'
+  [conformance_nccl]='Backends/*/nccl'
+  [nccl_faults]='NcclFaults.*'
   [unit]='*Cuda*:BackendChoice.AGpu*:BackendChoice.AutoOnAGpu*:CheckpointTest.MapLocation*'
   [multirank]='*Cuda*:*Nccl*:Staged*'
-  [multiproc]='*Cuda*:*Nccl*:Cli.Example*'
+  [multiproc]='*Cuda*:Cli.Example*-*/nccl:NcclFaults.*:DdpCuda.OneRankOverNccl*'
 )
 
-# Prints each pattern of a tier's filter that matches no test of BIN: a renamed test must not
-# drop out of the check. (`gpu_check.sh filters BUILD` runs this without a GPU, as CTest does.)
+# Prints each pattern of a step's filter (before any `-`) that matches no test of BIN: a renamed
+# test must not drop out of the check.
 unmatched() {
-  local bin=$1 tier=$2 pattern
-  for pattern in ${filters[$tier]//:/ }; do
-    "$bin" --gtest_list_tests --gtest_filter="$pattern" | grep -q '^  ' ||
-      echo "the pattern '$pattern' matches no $tier test"
+  local exe=$1 name=$2 pattern positive=${filters[$2]%%-*}
+  for pattern in ${positive//:/ }; do
+    "$exe" --gtest_list_tests --gtest_filter="$pattern" | grep -q '^  ' ||
+      echo "the pattern '$pattern' matches no ${tiers[$name]} test"
   done
 }
 
-filters_check() {
-  local build=${1:?usage: gpu_check.sh filters BUILD_DIR} tier bad status=0
-  for tier in unit multirank multiproc; do
-    [ -x "$build/tests/dpx_${tier}_tests" ] || { echo "no $build/tests/dpx_${tier}_tests"; return 1; }
-    bad=$(unmatched "$build/tests/dpx_${tier}_tests" "$tier")
-    [ -z "$bad" ] || { echo "$bad"; status=1; }
-    echo "$tier: ${filters[$tier]}: $("$build/tests/dpx_${tier}_tests" --gtest_list_tests \
-      --gtest_filter="${filters[$tier]}" | grep -c '^  ') tests"
-  done
-  return "$status"
-}
-
-# One test binary with its tier's filter, results as XML. Fails when the binary fails, runs out
+# One test binary with its step's filter, results as XML. Fails when the binary fails, runs out
 # of time, or a pattern of the filter matches no test.
 gtest() {
-  local name=$1 limit=$2 bin="build-gpu/tests/dpx_${1}_tests" status=0 bad filter=${filters[$1]}
-  [ -x "$bin" ] || { detail="$bin was not built"; return 1; }
-  bad=$(unmatched "$bin" "$name")
+  local name=$1 limit=$2 exe="$bin/tests/dpx_${tiers[$1]}_tests" status=0 bad filter=${filters[$1]}
+  [ -x "$exe" ] || { detail="$exe was not built"; return 1; }
+  bad=$(unmatched "$exe" "$name")
   [ -z "$bad" ] || { say "$bad"; status=1; }
-  limited "$limit" "$bin" --gtest_filter="$filter" --gtest_output="xml:$work/$name.xml" \
+  if ((dry)); then
+    detail="$("$exe" --gtest_list_tests --gtest_filter="$filter" | grep -c '^  ') tests"
+    limited "$limit" "$exe" --gtest_filter="$filter" || status=$?
+    return "$status"
+  fi
+  limited "$limit" "$exe" --gtest_filter="$filter" --gtest_output="xml:$work/$name.xml" \
     >"$work/$name.txt" 2>&1 || status=$?
   grep -hE '^\[ +(FAILED|SKIPPED) +\] .*\)$' "$work/$name.txt" | tee -a "$work/summary.txt"
   detail="$(grep -c '^\[       OK \]' "$work/$name.txt") passed, $(grep -c '^\[  FAILED  \] .*)$' \
@@ -188,38 +214,61 @@ gtest() {
   return "$status"
 }
 
+step_nccl() { gtest nccl "$1"; }
+step_conformance_nccl() { gtest conformance_nccl "$1"; }
+step_nccl_faults() { gtest nccl_faults "$1"; }
 step_unit() { gtest unit "$1"; }
 step_multirank() { gtest multirank "$1"; }
 step_multiproc() { gtest multiproc "$1"; }
 
-# The example on the GPU (2 workers share it when there is one): one epoch, whose test accuracy
-# must reach 85% (the CPU build reaches 88-89% after one epoch; the H100 89.0%).
-step_example() {
-  local run_dir status=0
+# The example on the GPU, 2 workers sharing it, one epoch: its test accuracy must reach 85%
+# (the CPU build reaches 88-89% after one epoch), over the backend it must have used (the DDP
+# statistics in its metrics name it). `runner`: what dpxrun starts, with the example's path and
+# flags as its arguments; `flags`: the example's own, added to the common ones.
+run_example() {
+  local limit=$1 backend=$2 log=$3 run_dir status=0
   run_dir="$(mktemp -d)"
-  limited "$1" build-gpu/tools/dpxrun/dpxrun --standalone --nproc-per-node 2 \
-    build-gpu/examples/fashion_mnist/fashion_mnist --device cuda --epochs 1 \
+  limited "$limit" "$bin/tools/dpxrun/dpxrun" --standalone --nproc-per-node 2 "${runner[@]}" \
+    "$bin/examples/fashion_mnist/fashion_mnist" --device cuda --epochs 1 "${flags[@]}" \
     --data-dir "$deps/fashion-mnist" --checkpoint-dir "$run_dir/ckpt" \
-    --metrics-file "$run_dir/metrics.jsonl" >"$work/example.txt" 2>&1 || status=$?
-  cp "$run_dir/metrics.jsonl" "$work/example_metrics.jsonl" 2>/dev/null
+    --metrics-file "$run_dir/metrics.jsonl" >"$work/$log.txt" 2>&1 || status=$?
+  cp "$run_dir/metrics.jsonl" "$work/${log}_metrics.jsonl" 2>/dev/null
   rm -rf "$run_dir"
-  ((status == 0)) || { detail="exit $status; $(tail -n 1 "$work/example.txt")"; return "$status"; }
-  detail="$("$PY" - "$work/example_metrics.jsonl" <<'PY'
+  ((status == 0)) || { detail="exit $status; $(tail -n 1 "$work/$log.txt")"; return "$status"; }
+  ((dry)) && return 0
+  detail="$("$PY" - "$work/${log}_metrics.jsonl" "$backend" <<'PY'
 import json, sys
-evals = [r for r in map(json.loads, open(sys.argv[1])) if r.get("type") == "eval"]
+records = list(map(json.loads, open(sys.argv[1])))
+evals = [r for r in records if r.get("type") == "eval"]
+backends = {r["stats"]["backend_name"] for r in records if r.get("type") == "ddp"}
 if not evals:
     print("the example wrote no test accuracy"); sys.exit(1)
 acc = evals[-1]["test_accuracy"]
-print(f"test accuracy {100 * acc:.2f}% after epoch {evals[-1]['epoch']}"
-      + ("" if acc >= 0.85 else ", below the 85% one epoch reaches"))
-sys.exit(acc < 0.85)
+bad = acc < 0.85 or backends != {sys.argv[2]}
+print(f"test accuracy {100 * acc:.2f}% after epoch {evals[-1]['epoch']} over {sorted(backends)}"
+      + (", below the 85% one epoch reaches" if acc < 0.85 else "")
+      + ("" if backends == {sys.argv[2]} else f", not {sys.argv[2]}"))
+sys.exit(bad)
 PY
 )"
 }
 
+step_example() {
+  local runner=() flags=()
+  run_example "$1" shm-staged example
+}
+
+# Over nccl: each worker a host of its own to NCCL (Note [NCCL ranks sharing a GPU]), which
+# is what lets the two share the GPU.
+step_example_nccl() {
+  local export='export NCCL_HOSTID="dpx-example-$LOCAL_RANK" NCCL_SOCKET_IFNAME=lo NCCL_IB_DISABLE=1'
+  local runner=(bash -c "$export"'; exec "$0" "$@"') flags=(--backend nccl)
+  run_example "$1" nccl example_nccl
+}
+
 # nccl on 1 rank; 2 ranks sharing the GPU (shm-staged); the same 2 ranks on CPU tensors.
 step_bench_allreduce() {
-  local b=build-gpu/bench/dpx-bench status=0 n dev extra
+  local b="$bin/bench/dpx-bench" status=0 n dev extra
   for run in "1 cuda" "2 cuda" "2 cpu"; do
     read -r n dev <<<"$run"
     extra=()
@@ -233,50 +282,64 @@ step_bench_allreduce() {
 
 # DDP: 1 rank against plain LibTorch, 2 ranks against Python DDP, on the GPU.
 step_bench_ddp() {
-  limited "$1" build-gpu/bench/dpx-bench ddp --device cuda --backend auto \
+  limited "$1" "$bin/bench/dpx-bench" ddp --device cuda --backend auto \
     --configs plain,ddp1,ddp2,python --rounds 2 --cnn-steps 30 --mlp-steps 10 \
     >"$work/ddp.txt" 2>&1 || return $?
+  ((dry)) && return 0
   detail="$(grep -E '^- ' "$work/ddp.txt" | tr '\n' ' ')"
 }
 
 # DataParallel on one GPU: {cuda:0, cuda:0} against the module alone on cuda:0.
 step_bench_dp() {
-  limited "$1" build-gpu/bench/dpx-bench dp --device cuda --replicas 2 --rounds 3 --steps 10 \
+  limited "$1" "$bin/bench/dpx-bench" dp --device cuda --replicas 2 --rounds 3 --steps 10 \
     >"$work/dp.txt" 2>&1 || return $?
+  ((dry)) && return 0
   detail="$(grep -E 'sharing cuda:0' "$work/dp.txt" | tr -s ' ')"
 }
 
+dry=0
+bin=build-gpu
 case "${1:-}" in
   pack) pack; exit ;;
   plan) plan; exit ;;
-  filters) filters_check "${2:-}"; exit ;;
+  dry-run) dry=1; bin=${2:?usage: gpu_check.sh dry-run BUILD_DIR}; plan >/dev/null || exit 1 ;;
   all) ;;
-  *) echo "usage: $0 pack | plan | filters BUILD_DIR | all [RESULTS_DIR]" >&2; exit 2 ;;
+  *) echo "usage: $0 pack | plan | dry-run BUILD_DIR | all [RESULTS_DIR]" >&2; exit 2 ;;
 esac
-results="${2:-${OUT:-$PWD/runs/gpu}}"
-if ! gpu="$(nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>/dev/null)" ||
-   [ -z "$gpu" ]; then
-  echo "gpu_check: no NVIDIA GPU here (nvidia-smi lists none): run it on a machine with one" >&2
-  exit 1
+commit="$(git rev-parse --short HEAD 2>/dev/null || echo "${DPX_COMMIT:-unknown}")"
+if ((dry)); then
+  work="$(mktemp -d)" results="$work/results" PY=python3 gpu="(dry run: no GPU)"
+  trap 'rm -rf "$work"' EXIT
+else
+  results="${2:-${OUT:-$PWD/runs/gpu}}"
+  if ! gpu="$(nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>/dev/null)" ||
+     [ -z "$gpu" ]; then
+    echo "gpu_check: no NVIDIA GPU here (nvidia-smi lists none): run it on a machine with one" >&2
+    exit 1
+  fi
+  [ -d "$deps/prefix/include/gloo" ] ||
+    { echo "gpu_check: no $deps (run 'bash scripts/gpu_check.sh pack' where dpx's packages are)" >&2; exit 1; }
+  PY="$(python_with_cuda_torch)" || { echo "gpu_check: $PY" >&2; exit 1; }
+  export DPX_PYTHON="$PY"
+  rm -rf "$work"
 fi
-[ -d "$deps/prefix/include/gloo" ] ||
-  { echo "gpu_check: no $deps (run 'bash scripts/gpu_check.sh pack' where dpx's packages are)" >&2; exit 1; }
-PY="$(python_with_cuda_torch)" || { echo "gpu_check: $PY" >&2; exit 1; }
-export DPX_PYTHON="$PY"
-rm -rf "$work"
 mkdir -p "$work" "$results"
-"$PY" - "$work/summary.json" "$gpu" "$deadline_s" <<'PY'
-import json, sys, torch
-json.dump({"gpu": sys.argv[2], "torch": torch.__version__, "cuda": torch.version.cuda,
+"$PY" - "$work/summary.json" "$gpu" "$deadline_s" "$commit" "$dry" <<'PY'
+import json, sys
+torch_version = cuda = "not imported (dry run)"
+if sys.argv[5] == "0":
+    import torch
+    torch_version, cuda = torch.__version__, torch.version.cuda
+json.dump({"gpu": sys.argv[2], "torch": torch_version, "cuda": cuda, "commit": sys.argv[4],
            "deadline_s": int(sys.argv[3]), "steps": []}, open(sys.argv[1], "w"), indent=1)
 PY
-say "$gpu; torch $("$PY" -c 'import torch; print(torch.__version__)')"
+say "$gpu; commit $commit"
 failed=0
 for s in "${steps[@]}"; do
   read -r name budget _ <<<"$s"
   detail=""
   t0=$SECONDS
-  if [ "$name" != build ] && [ ! -x build-gpu/tests/dpx_unit_tests ]; then
+  if [ "$name" != build ] && [ ! -x "$bin/tests/dpx_unit_tests" ]; then
     status="not run (no build)"
   else
     "step_$name" "$budget"

@@ -17,8 +17,8 @@
 
 namespace dpx::conformance {
 
-// One rank of a case: its group and the device its tensors live on (the CPU, or cuda:rank for
-// nccl).
+// One rank of a case: its group and the device its tensors live on (the CPU; for nccl cuda:rank,
+// or cuda:0 for every rank where there are fewer GPUs: Note [NCCL ranks sharing a GPU]).
 struct Rank {
   int rank = 0;
   int world = 1;
@@ -28,7 +28,7 @@ struct Rank {
 };
 
 // The backends a case runs on, as the suite's parameter: gloo, shm, hierarchical, and nccl
-// (one GPU per rank; skipped where fewer GPUs than ranks are present).
+// (skipped without a GPU).
 std::vector<std::string> backends();
 
 struct RunOptions {

@@ -7,10 +7,13 @@
 
 #include <chrono>
 #include <optional>
+#include <string>
+#include <vector>
 
 #include "multiproc/ddp_models.h"
 #include "dpx/dpx.h"
 #include "support/harness.h"
+#include "support/nccl_ranks.h"
 
 namespace dpx::test {
 
@@ -22,16 +25,44 @@ inline Mlp mlp_on(at::Device device) {
   return net;
 }
 
+// The two ways ranks share this machine's one GPU, as the parameter of the tests that run both:
+// "shm-staged" (auto's choice: shm, staged through host memory) and "nccl" (each rank a host of
+// its own to NCCL: Note [NCCL ranks sharing a GPU]).
+inline std::vector<std::string> gpu_sharing_backends() { return {"shm-staged", "nccl"}; }
+
+inline std::string backend_param_name(const ::testing::TestParamInfo<std::string>& info) {
+  return info.param == "shm-staged" ? "staged" : info.param;
+}
+
+// `world` ranks on cuda:0 over `backend` (gpu_sharing_backends), each in a process of its own;
+// with nccl, on a GPU each where there are enough. Returns the ranks' results, checked unless
+// `check_all_ok` is false (a test that kills a rank judges them itself).
+template <typename Body>
+std::vector<ProcResult> on_gpu_ranks(const std::string& backend, int world, Body body,
+                                     std::chrono::milliseconds timeout = std::chrono::seconds(60),
+                                     bool check_all_ok = true) {
+  StoreServer server;
+  const int gpus = backend == "nccl" ? gpus_seen_by_a_child() : 1;
+  ProcOptions procs;
+  procs.timeout = timeout + std::chrono::seconds(60);
+  auto results = run_processes(world, [&](int rank) {
+    const at::Device device =
+        backend == "nccl" ? nccl_rank_device(rank, world, gpus) : at::Device("cuda:0");
+    ProcessGroup::Options o = with_timeout(timeout);
+    o.device = device;
+    auto pg = new_process_group(backend == "nccl" ? "nccl" : "auto", server.client(), rank, world,
+                                o);
+    ASSERT_EQ(pg->backend(), backend);
+    body(rank, std::move(pg), device);
+  }, procs);
+  if (check_all_ok) expect_all_ok(results);
+  return results;
+}
+
 // Two ranks sharing cuda:0 (the staged shm backend), each in a process of its own.
 template <typename Body>
 void on_two_gpu_ranks(Body body) {
-  StoreServer server;
-  expect_all_ok(run_processes(2, [&](int rank) {
-    const at::Device device("cuda:0");
-    ProcessGroup::Options o;
-    o.device = device;
-    body(rank, new_process_group("auto", server.client(), rank, 2, o), device);
-  }));
+  on_gpu_ranks("shm-staged", 2, std::move(body));
 }
 
 // Two ranks on cuda:0 and cuda:1 (auto: nccl), each in a process of its own; `stall_threshold`

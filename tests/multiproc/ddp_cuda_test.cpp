@@ -1,6 +1,7 @@
 // DDP on CUDA modules: one rank over nccl with its reduction forced, against plain LibTorch;
-// two processes sharing one GPU (the staged shm backend) against one process on the whole
-// batch; both also called from a non-default stream. Skipped without a GPU.
+// two and three processes sharing one GPU (over shm staged through host memory, and over nccl)
+// against one process on the whole batch; both also called from a non-default stream. Skipped
+// without a GPU.
 // The parent never touches CUDA (a forked child could not use it then): a child counts GPUs.
 #include <torch/torch.h>
 
@@ -15,7 +16,6 @@ namespace {
 
 using test::mlp_on;
 using test::on_cpu;
-using test::on_two_gpu_ranks;
 
 constexpr int kSteps = 4;
 constexpr int kPerRank = 8;
@@ -70,12 +70,22 @@ TEST(DdpCuda, OneRankOverNcclReducesInStreamOrderFromASideStream) {
   }));
 }
 
-// Two ranks sharing cuda:0 (staged), called from a non-default stream whose inputs arrive late:
-// the copies to the host wait for that stream, the results come back on it.
-TEST(DdpCuda, TwoRanksSharingAGpuFromASideStreamMatchOneProcess) {
-  if (test::gpus_seen_by_a_child() == 0) GTEST_SKIP() << "no CUDA device";
-  on_two_gpu_ranks([](int rank, std::shared_ptr<ProcessGroup> pg, at::Device device) {
-    ASSERT_EQ(pg->backend(), "shm-staged");
+// Ranks sharing cuda:0, over shm staged through host memory or over nccl (each rank a host of
+// its own to NCCL: Note [NCCL ranks sharing a GPU]; with nccl, a GPU each where there are
+// enough); every test below runs on both.
+class DdpGpuRanks : public ::testing::TestWithParam<std::string> {
+ protected:
+  void SetUp() override {
+    if (test::gpus_seen_by_a_child() == 0) GTEST_SKIP() << "no CUDA device";
+    if (GetParam() == "nccl" && !cuda::built()) GTEST_SKIP() << "dpx built without CUDA";
+  }
+};
+
+// Called from a non-default stream whose inputs arrive late: the collectives (on staged, the
+// copies to the host) wait for that stream, the results come back on it.
+TEST_P(DdpGpuRanks, FromASideStreamMatchOneProcess) {
+  test::on_gpu_ranks(GetParam(), 2, [](int rank, std::shared_ptr<ProcessGroup> pg,
+                                       at::Device device) {
     auto batches = test::make_batches(kSteps, 2, kPerRank, {16});
     auto net = mlp_on(device), ref = mlp_on(device);
     DistributedDataParallel ddp(net, pg);
@@ -86,25 +96,26 @@ TEST(DdpCuda, TwoRanksSharingAGpuFromASideStreamMatchOneProcess) {
   });
 }
 
-// Two ranks on two GPUs over nccl against one process on the whole batch; the step times come
-// from CUDA events (Note [Step times]) and are read once stats() asks.
-TEST(DdpCuda, TwoRanksOnTwoGpusOverNcclMatchOneProcess) {
-  if (test::gpus_seen_by_a_child() < 2) GTEST_SKIP() << "fewer than 2 CUDA devices";
-  if (!cuda::built()) GTEST_SKIP() << "dpx built without CUDA (DPX_CUDA)";
-  test::on_two_gpus([](int rank, std::shared_ptr<ProcessGroup> pg, at::Device device) {
-    ASSERT_EQ(pg->backend(), "nccl");
-    auto batches = test::make_batches(kSteps, 2, kPerRank, {16});
-    auto net = mlp_on(device), ref = mlp_on(device);
-    DistributedDataParallel ddp(net, pg);
-    train(ddp, ddp->parameters(), batches, rank, 2, device);
-    train(ref, ref->parameters(), batches, 0, 1, device);
-    test::expect_params_close(on_cpu(net->parameters()), on_cpu(ref->parameters()));
-    const auto stats = ddp->stats();
-    EXPECT_EQ(stats.iterations, kSteps);
-    EXPECT_GT(stats.avg_backward_comm_ms, 0);
-    EXPECT_GT(stats.backward_compute_ms, 0);
-    EXPECT_GE(stats.avg_overlap_ms, 0);
-  });
+// Two and three ranks against one process on the whole batch; the step times come from CUDA
+// events (Note [Step times]) and are read once stats() asks.
+TEST_P(DdpGpuRanks, RanksMatchOneProcessWithStepTimes) {
+  for (int world : {2, 3}) {
+    SCOPED_TRACE("world " + std::to_string(world));
+    test::on_gpu_ranks(GetParam(), world, [world](int rank, std::shared_ptr<ProcessGroup> pg,
+                                                  at::Device device) {
+      auto batches = test::make_batches(kSteps, world, kPerRank, {16});
+      auto net = mlp_on(device), ref = mlp_on(device);
+      DistributedDataParallel ddp(net, pg);
+      train(ddp, ddp->parameters(), batches, rank, world, device);
+      train(ref, ref->parameters(), batches, 0, 1, device);
+      test::expect_params_close(on_cpu(net->parameters()), on_cpu(ref->parameters()));
+      const auto stats = ddp->stats();
+      EXPECT_EQ(stats.iterations, kSteps);
+      EXPECT_GT(stats.avg_backward_comm_ms, 0);
+      EXPECT_GT(stats.backward_compute_ms, 0);
+      EXPECT_GE(stats.avg_overlap_ms, 0);
+    });
+  }
 }
 
 // Every thread of a rank on cuda:1 works there (Note [Thread devices]): after DDP steps over
@@ -129,14 +140,13 @@ TEST(DdpCuda, ARankOnTheSecondGpuMakesNoContextOnTheFirst) {
   }, kStallThreshold);
 }
 
-// Each option DDP has on CPU, on two ranks that share cuda:0. The compressing hooks round each
+// Each option DDP has on CPU, on two ranks. The compressing hooks round each
 // step's gradients to 16 bits: their parameters match within 1e-3 after kSteps steps.
-TEST(DdpCuda, TwoRanksSharingAGpuMatchOneProcess) {
-  if (test::gpus_seen_by_a_child() == 0) GTEST_SKIP() << "no CUDA device";
+TEST_P(DdpGpuRanks, EachOptionMatchesOneProcess) {
   for (int variant = 0; variant < 6; ++variant) {
     SCOPED_TRACE("variant " + std::to_string(variant));
-    on_two_gpu_ranks([&](int rank, std::shared_ptr<ProcessGroup> pg, at::Device device) {
-      ASSERT_EQ(pg->backend(), "shm-staged");
+    test::on_gpu_ranks(GetParam(), 2, [&](int rank, std::shared_ptr<ProcessGroup> pg,
+                                          at::Device device) {
       auto batches = test::make_batches(kSteps, 2, kPerRank, {16});
       auto net = mlp_on(device), ref = mlp_on(device);
       DistributedDataParallelOptions d;
@@ -159,9 +169,8 @@ TEST(DdpCuda, TwoRanksSharingAGpuMatchOneProcess) {
 
 // no_sync on CUDA: odd steps accumulate locally, even steps synchronise the sum and step; one
 // process accumulating the whole batches the same way gets the same parameters.
-TEST(DdpCuda, NoSyncAccumulatesOnTheGpu) {
-  if (test::gpus_seen_by_a_child() == 0) GTEST_SKIP() << "no CUDA device";
-  on_two_gpu_ranks([](int rank, std::shared_ptr<ProcessGroup> pg, at::Device device) {
+TEST_P(DdpGpuRanks, NoSyncAccumulates) {
+  test::on_gpu_ranks(GetParam(), 2, [](int rank, std::shared_ptr<ProcessGroup> pg, at::Device device) {
     auto batches = test::make_batches(kSteps, 2, kPerRank, {16});
     auto net = mlp_on(device), ref = mlp_on(device);
     DistributedDataParallel ddp(net, pg);
@@ -192,9 +201,8 @@ TEST(DdpCuda, NoSyncAccumulatesOnTheGpu) {
 // join on CUDA: rank 0 runs out after 2 of kSteps batches; both ranks finish, with the
 // parameters of one process whose later steps see rank 1's share alone (divided by the initial
 // world size, join's default).
-TEST(DdpCuda, JoinWithUnevenInputs) {
-  if (test::gpus_seen_by_a_child() == 0) GTEST_SKIP() << "no CUDA device";
-  on_two_gpu_ranks([](int rank, std::shared_ptr<ProcessGroup> pg, at::Device device) {
+TEST_P(DdpGpuRanks, JoinWithUnevenInputs) {
+  test::on_gpu_ranks(GetParam(), 2, [](int rank, std::shared_ptr<ProcessGroup> pg, at::Device device) {
     const int steps[2] = {2, kSteps};
     auto batches = test::make_batches(kSteps, 2, kPerRank, {16});
     auto net = mlp_on(device);
@@ -224,6 +232,9 @@ TEST(DdpCuda, JoinWithUnevenInputs) {
     test::expect_params_close(on_cpu(net->parameters()), on_cpu(ref->parameters()));
   });
 }
+
+INSTANTIATE_TEST_SUITE_P(Cuda, DdpGpuRanks, ::testing::ValuesIn(test::gpu_sharing_backends()),
+                         test::backend_param_name);
 
 // A parameter on the meta device, which any machine has.
 struct MetaImpl : torch::nn::Module {

@@ -1,7 +1,7 @@
-// The toolkit on a CUDA group: two ranks sharing cuda:0 (shm, staged through host memory), each
-// result checked against the same computation on the CPU. These are the paths that once handed
-// CPU tensors to a CUDA group (SyncBatchNorm's channel check, join's early-termination vote,
-// ZeRO's consolidation). Skipped without a GPU.
+// The toolkit on a CUDA group: two ranks sharing cuda:0 (shm staged through host memory, and
+// nccl), each result checked against the same computation on the CPU. These are the paths that
+// once handed CPU tensors to a CUDA group (SyncBatchNorm's channel check, join's
+// early-termination vote, ZeRO's consolidation). Skipped without a GPU.
 #include <torch/torch.h>
 
 #include "multiproc/cuda_ranks.h"
@@ -14,17 +14,21 @@ namespace dpx {
 namespace {
 
 using test::on_cpu;
-using test::on_two_gpu_ranks;
 
-#define SKIP_WITHOUT_A_GPU() \
-  if (test::gpus_seen_by_a_child() == 0) GTEST_SKIP() << "no CUDA device"
+// Each test runs on two ranks sharing cuda:0 over both backends that can (gpu_sharing_backends).
+class ToolkitCuda : public ::testing::TestWithParam<std::string> {
+ protected:
+  void SetUp() override {
+    if (test::gpus_seen_by_a_child() == 0) GTEST_SKIP() << "no CUDA device";
+    if (GetParam() == "nccl" && !cuda::built()) GTEST_SKIP() << "dpx built without CUDA";
+  }
+};
 
 // Two steps of SyncBatchNorm on uneven batches (4 and 3 samples) against BatchNorm2d on the
 // whole batch on the CPU: outputs, input gradients, the summed weight and bias gradients and
 // the running statistics.
-TEST(ToolkitCuda, SyncBatchNormMatchesBatchNormOnTheCpu) {
-  SKIP_WITHOUT_A_GPU();
-  on_two_gpu_ranks([](int rank, std::shared_ptr<ProcessGroup> pg, at::Device device) {
+TEST_P(ToolkitCuda, SyncBatchNormMatchesBatchNormOnTheCpu) {
+  test::on_gpu_ranks(GetParam(), 2, [](int rank, std::shared_ptr<ProcessGroup> pg, at::Device device) {
     constexpr int64_t kChannels = 3;
     const int64_t start = rank == 0 ? 0 : 4, rows = rank == 0 ? 4 : 3;
     torch::manual_seed(3);
@@ -61,9 +65,8 @@ TEST(ToolkitCuda, SyncBatchNormMatchesBatchNormOnTheCpu) {
 
 // ZeRO with Adam over the GPU group against Adam unsharded on the CPU, then its state
 // consolidated on rank 0 (an all-gather and broadcasts of host bytes through the group).
-TEST(ToolkitCuda, ZeroMatchesTheUnshardedOptimizerAndConsolidates) {
-  SKIP_WITHOUT_A_GPU();
-  on_two_gpu_ranks([](int rank, std::shared_ptr<ProcessGroup> pg, at::Device device) {
+TEST_P(ToolkitCuda, ZeroMatchesTheUnshardedOptimizerAndConsolidates) {
+  test::on_gpu_ranks(GetParam(), 2, [](int rank, std::shared_ptr<ProcessGroup> pg, at::Device device) {
     torch::manual_seed(11);
     torch::nn::Sequential net(torch::nn::Linear(10, 16), torch::nn::Linear(16, 3));
     std::vector<torch::Tensor> cpu_params, gpu_params;
@@ -98,10 +101,9 @@ TEST(ToolkitCuda, ZeroMatchesTheUnshardedOptimizerAndConsolidates) {
 
 // The PowerSGD hook on the GPU group against the same hook on a CPU group of the same ranks:
 // the same low-rank factors (drawn on the CPU), so the same parameters.
-TEST(ToolkitCuda, PowerSgdMatchesTheCpuGroup) {
-  SKIP_WITHOUT_A_GPU();
+TEST_P(ToolkitCuda, PowerSgdMatchesTheCpuGroup) {
   test::StoreServer cpu_server;
-  on_two_gpu_ranks([&](int rank, std::shared_ptr<ProcessGroup> gpu_pg, at::Device device) {
+  test::on_gpu_ranks(GetParam(), 2, [&](int rank, std::shared_ptr<ProcessGroup> gpu_pg, at::Device device) {
     auto cpu_pg = new_process_group("shm", cpu_server.client(), rank, 2);
     auto batches = test::make_batches(4, 2, 8, {16});
     auto train = [&](std::shared_ptr<ProcessGroup> pg, at::Device on) {
@@ -127,9 +129,8 @@ TEST(ToolkitCuda, PowerSgdMatchesTheCpuGroup) {
 }
 
 // Sparse embedding gradients on the GPU group against one process on the whole batch.
-TEST(ToolkitCuda, SparseGradientsMatchOneProcess) {
-  SKIP_WITHOUT_A_GPU();
-  on_two_gpu_ranks([](int rank, std::shared_ptr<ProcessGroup> pg, at::Device device) {
+TEST_P(ToolkitCuda, SparseGradientsMatchOneProcess) {
+  test::on_gpu_ranks(GetParam(), 2, [](int rank, std::shared_ptr<ProcessGroup> pg, at::Device device) {
     auto make = [&] {
       torch::manual_seed(5);
       auto emb = torch::nn::Embedding(torch::nn::EmbeddingOptions(40, 8).sparse(true));
@@ -158,9 +159,8 @@ TEST(ToolkitCuda, SparseGradientsMatchOneProcess) {
 
 // join(throw_on_early_termination) on the GPU group: the vote is a host tensor through the
 // group's device; both ranks stop, each with its own message.
-TEST(ToolkitCuda, JoinThrowOnEarlyTerminationStopsBothRanks) {
-  SKIP_WITHOUT_A_GPU();
-  on_two_gpu_ranks([](int rank, std::shared_ptr<ProcessGroup> pg, at::Device device) {
+TEST_P(ToolkitCuda, JoinThrowOnEarlyTerminationStopsBothRanks) {
+  test::on_gpu_ranks(GetParam(), 2, [](int rank, std::shared_ptr<ProcessGroup> pg, at::Device device) {
     auto batches = test::make_batches(4, 2, 8, {16});
     auto net = test::mlp_on(device);
     DistributedDataParallel ddp(net, pg);
@@ -188,6 +188,9 @@ TEST(ToolkitCuda, JoinThrowOnEarlyTerminationStopsBothRanks) {
                                                         "exhausted inputs."));
   });
 }
+
+INSTANTIATE_TEST_SUITE_P(OnOneGpu, ToolkitCuda, ::testing::ValuesIn(test::gpu_sharing_backends()),
+                         test::backend_param_name);
 
 }  // namespace
 }  // namespace dpx

@@ -4,6 +4,8 @@
 
 #include <c10/util/Exception.h>
 
+#include <atomic>
+#include <memory>
 #include <string>
 
 #include "comm/coordination/consistency.h"
@@ -31,11 +33,29 @@ c10d::ReduceOp nccl_op(ReduceOp op) {
   TORCH_INTERNAL_ASSERT(false, "unknown ReduceOp");
 }
 
+// Note [Aborting a failed NCCL group]
+// ProcessGroupNCCL::shutdown() is the graceful end: it finalizes the communicator, which waits
+// for the work queued on it. After a collective failed or timed out that work may never finish
+// (a stopped peer holds it), and a destructor that waits for it hangs the rank that was told of
+// the fault. So, as PyTorch does on its error paths, a group whose works reported a failure is
+// aborted instead: its communicator is torn down without waiting.
+
 class NcclWork : public C10dWork {
  public:
   NcclWork(c10::intrusive_ptr<c10d::Work> work, std::chrono::milliseconds timeout,
-           std::string where, const char* op)
-      : C10dWork(std::move(work), rethrow_nccl_error, timeout, std::move(where), op) {}
+           std::string where, const char* op, std::shared_ptr<std::atomic<bool>> failed)
+      : C10dWork(std::move(work), rethrow_nccl_error, timeout, std::move(where), op),
+        failed_(std::move(failed)) {}
+
+  void wait(std::chrono::milliseconds timeout) override {
+    try {
+      C10dWork::wait(timeout);
+    } catch (...) {
+      failed_->store(true);
+      throw;
+    }
+  }
+  using Work::wait;
 
   // Stream order only (Work::synchronize): the current stream waits for the NCCL stream. A
   // failure c10d's watchdog has already recorded is thrown here; a later one at the next call.
@@ -44,9 +64,13 @@ class NcclWork : public C10dWork {
       if (auto error = work_->exception()) std::rethrow_exception(error);
       work_->synchronize();
     } catch (const std::exception& e) {
+      failed_->store(true);
       rethrow_(e, where_, op_, default_timeout_);
     }
   }
+
+ private:
+  std::shared_ptr<std::atomic<bool>> failed_;  // the group's: Note [Aborting a failed NCCL group]
 };
 
 class NcclGroup : public ProcessGroup {
@@ -81,10 +105,14 @@ class NcclGroup : public ProcessGroup {
     // The inspector first: its thread asks our works whether they completed, which reads the
     // communicator that shutdown() destroys. Without shutdown() c10d warns at exit that the
     // group was not destroyed; a failure here (an aborted communicator) has nothing left to
-    // report to.
+    // report to. A failed group is aborted: Note [Aborting a failed NCCL group].
     stop_stall_inspector();
     try {
-      pg_->shutdown();
+      if (failed_->load()) {
+        pg_->abort();
+      } else {
+        pg_->shutdown();
+      }
     } catch (const std::exception&) {
     }
   }
@@ -132,14 +160,16 @@ class NcclGroup : public ProcessGroup {
   template <typename F>
   std::shared_ptr<Work> launch(const char* op, F&& start) {
     try {
-      return std::make_shared<NcclWork>(start(), options().timeout, where(), op);
+      return std::make_shared<NcclWork>(start(), options().timeout, where(), op, failed_);
     } catch (const std::exception& e) {
+      failed_->store(true);
       rethrow_nccl_error(e, where(), op, options().timeout);
     }
   }
 
   std::shared_ptr<Store> store_;
   c10::intrusive_ptr<c10d::ProcessGroupNCCL> pg_;
+  std::shared_ptr<std::atomic<bool>> failed_ = std::make_shared<std::atomic<bool>>(false);
 };
 
 }  // namespace
