@@ -7,6 +7,7 @@
 
 #include <atomic>
 #include <limits>
+#include <mutex>
 
 #include "dpx/amp/autocast.h"
 #include "dpx/amp/grad_scaler.h"
@@ -271,8 +272,26 @@ TEST(GradScalerCuda, Float16AutocastMatchesTheCpuFloatReference) {
   expect_params_close(net, ref, 1e-2, 2e-3);
 }
 
-// A model on the CPU and a GPU: one found-inf flag per device (Note [Unscaling per device]); an
-// inf on either device skips the step; the others unscale exactly as on the CPU alone.
+// The devices of each fused check-and-unscale call: its gradients' and its found-inf flag's.
+struct FusedCall {
+  at::Device grads, flag;
+};
+std::mutex g_fused_calls_mutex;
+std::vector<FusedCall> g_fused_calls;
+
+std::unique_ptr<at::ObserverContext> record_fused_calls(const at::RecordFunction& fn) {
+  if (std::string(fn.name()) == "aten::_amp_foreach_non_finite_check_and_unscale_") {
+    const auto inputs = fn.inputs();
+    const std::lock_guard<std::mutex> lock(g_fused_calls_mutex);
+    g_fused_calls.push_back(
+        {inputs[0].toTensorList().get(0).device(), inputs[1].toTensor().device()});
+  }
+  return nullptr;
+}
+
+// A model on the CPU and a GPU: one found-inf flag per device, each device's gradients checked
+// and unscaled by one fused call on that device (Note [Unscaling per device]); an inf on either
+// device skips the step; the others unscale exactly as on the CPU alone.
 TEST(GradScalerCuda, AModelOnTheCpuAndAGpuKeepsAFlagPerDevice) {
   if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
   auto net = two_layers(at::kCPU, at::Device("cuda:0")), ref = two_layers(at::kCPU, at::kCPU);
@@ -287,7 +306,14 @@ TEST(GradScalerCuda, AModelOnTheCpuAndAGpuKeepsAFlagPerDevice) {
     scaler.scale((out - y.to(out.device())).pow(2).mean()).backward();
     if (s == 1) net->fc1->weight.mutable_grad()[0][0] = kNan;  // the CPU's
     if (s == 2) net->fc2->weight.mutable_grad()[0][0] = kInf;  // the GPU's
+    g_fused_calls.clear();
+    const auto handle = at::addThreadLocalCallback(
+        at::RecordFunctionCallback(&record_fused_calls).needsInputs(true));
     EXPECT_EQ(scaler.step(opt), s == 0 || s == 3);
+    at::removeCallback(handle);
+    ASSERT_EQ(g_fused_calls.size(), 2u) << "one fused call per device";
+    for (const auto& call : g_fused_calls) EXPECT_EQ(call.flag, call.grads);
+    EXPECT_NE(g_fused_calls[0].grads, g_fused_calls[1].grads);
     scaler.update();
     ref_opt.zero_grad();
     (ref(x) - y).pow(2).mean().backward();
