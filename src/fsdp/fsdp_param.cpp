@@ -1,5 +1,6 @@
 #include "fsdp/fsdp_param.h"
 
+#include <c10/core/DeviceGuard.h>
 #include <c10/core/StorageImpl.h>
 #include <c10/util/Exception.h>
 
@@ -75,6 +76,9 @@ void FsdpParam::alloc_unsharded() {
   auto* storage = unsharded_.storage().unsafeGetStorageImpl();
   const std::size_t bytes = unsharded_.numel() * unsharded_.element_size();
   if (storage->nbytes() == bytes) return;
+  // A CUDA allocator allocates on the current device, which need not be the parameter's (a
+  // thread DDP or the caller started, a rank on its second GPU): that one is made current here.
+  const c10::OptionalDeviceGuard on_its_device(unsharded_.device());
   storage->set_data_ptr_noswap(storage->allocator()->allocate(bytes));
   storage->set_nbytes(bytes);
 }

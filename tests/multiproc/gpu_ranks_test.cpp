@@ -125,6 +125,27 @@ TEST_P(FsdpCuda, Bfloat16ComputeMatchesTheCpu) {
   });
 }
 
+// A unit on cuda:1 while cuda:0 is current: its gathered parameters are allocated on cuda:1, not
+// on the current device (the CUDA allocator's default). Two GPUs.
+TEST(FsdpCudaDevices, UnshardedStorageIsOnTheParametersGpu) {
+  if (test::gpus_seen_by_a_child() < 2) GTEST_SKIP() << "fewer than 2 CUDA devices";
+  if (!cuda::built()) GTEST_SKIP() << "dpx built without CUDA (DPX_CUDA)";
+  test::expect_all_ok(test::run_processes(1, [](int) {
+    const at::Device second(at::kCUDA, 1);
+    ProcessGroup::Options o;
+    o.device = second;
+    auto pg = new_process_group("nccl", Store::hash(), 0, 1, o);
+    auto net = test::make_shard_net(/*tied=*/false, torch::kFloat);
+    net->to(second);
+    auto model = test::shard(net, pg);
+    cuda::set_current_device(at::Device(at::kCUDA, 0));
+    model.fsdp().unshard();
+    for (const auto& p : net->parameters()) {
+      EXPECT_EQ(p.storage().data_ptr().device(), second);
+    }
+  }));
+}
+
 INSTANTIATE_TEST_SUITE_P(OnOneGpu, FsdpCuda, ::testing::ValuesIn(test::gpu_sharing_backends()),
                          test::backend_param_name);
 
