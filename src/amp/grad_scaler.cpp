@@ -65,12 +65,14 @@ GradScaler::GradScaler(GradScalerOptions options, std::shared_ptr<ProcessGroup> 
   TORCH_CHECK(options_.backoff_factor < 1.0, "The backoff factor must be < 1.0.");
   TORCH_CHECK(options_.growth_interval > 0, "GradScaler: growth_interval must be positive, got ",
               options_.growth_interval);
+  growth_tracker_ = at::zeros({}, at::kInt);
 }
 
 at::Tensor GradScaler::scale(const at::Tensor& outputs) {
   if (!options_.enabled) return outputs;
   if (!scale_.defined()) {
     scale_ = at::full({}, options_.init_scale, outputs.options().dtype(at::kFloat));
+    growth_tracker_ = growth_tracker_.to(outputs.device());
   }
   return outputs * scale_.to(outputs.device());
 }
@@ -148,22 +150,9 @@ void GradScaler::update() {
                  state.found_inf_per_device.end());
   }
   TORCH_CHECK(!flags.empty(), "No inf checks were recorded prior to update.");
-  const bool found = combined(flags, scale_.device()).item<float>() != 0.0f;
-  // As PyTorch's _amp_update_scale_: float scale times double factor, rounded to float; a
-  // growth that would overflow to inf keeps the old scale.
-  const float current = scale_.item<float>();
-  float next = current;
-  if (found) {
-    next = static_cast<float>(current * options_.backoff_factor);
-    growth_tracker_ = 0;
-  } else if (growth_tracker_ + 1 == options_.growth_interval) {
-    const float grown = static_cast<float>(current * options_.growth_factor);
-    if (std::isfinite(grown)) next = grown;
-    growth_tracker_ = 0;
-  } else {
-    ++growth_tracker_;
-  }
-  scale_.fill_(next);
+  // On the scale's device, without a host wait (torch.amp.GradScaler's _amp_update_scale_).
+  compat::update_scale_(scale_, growth_tracker_, combined(flags, scale_.device()),
+                        options_.growth_factor, options_.backoff_factor, options_.growth_interval);
   per_optimizer_.clear();
 }
 
@@ -183,7 +172,7 @@ GradScalerState GradScaler::state_dict() const {
   TORCH_CHECK(options_.enabled, "GradScaler::state_dict: a disabled GradScaler has no state "
               "(PyTorch returns an empty dict)");
   return {get_scale(), options_.growth_factor, options_.backoff_factor, options_.growth_interval,
-          growth_tracker_};
+          static_cast<std::int64_t>(growth_tracker_.item<int>())};
 }
 
 void GradScaler::load_state_dict(const GradScalerState& state) {
@@ -194,7 +183,7 @@ void GradScaler::load_state_dict(const GradScalerState& state) {
   options_.growth_factor = state.growth_factor;
   options_.backoff_factor = state.backoff_factor;
   options_.growth_interval = state.growth_interval;
-  growth_tracker_ = state._growth_tracker;
+  growth_tracker_.fill_(state._growth_tracker);
 }
 
 }  // namespace dpx

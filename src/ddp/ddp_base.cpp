@@ -122,12 +122,18 @@ void DdpBase::pre_forward() {
   forward_synced_ = require_backward_grad_sync_;
   if (forward_synced_) forward_start_ = reducer_->mark_forward_start();
   if (join_active_ && forward_synced_) {
-    // Join protocol step 1: count the ranks that still have data (joined ranks add 0).
-    auto active = at::ones({1}, at::kLong);
-    detail::control_allreduce(*pg_, active)->wait();  // Note [Control tensors]
-    reducer_->set_divide_factor(join_options_.divide_by_initial_world_size
-                                    ? pg_->size()
-                                    : static_cast<double>(active.item<std::int64_t>()));
+    // Join protocol step 1: count the ranks that still have data (joined ranks add 0). With
+    // the initial world size as the divisor (the default) nobody here reads the count: as in
+    // PyTorch the all-reduce is only issued, ordered on the group's stream, with no host wait.
+    if (join_options_.divide_by_initial_world_size) {
+      auto active = at::ones({1}, at::TensorOptions(at::kLong).device(pg_->options().device));
+      pg_->allreduce(active)->synchronize();
+      reducer_->set_divide_factor(pg_->size());
+    } else {
+      auto active = at::ones({1}, at::kLong);
+      detail::control_allreduce(*pg_, active)->wait();  // Note [Control tensors]
+      reducer_->set_divide_factor(static_cast<double>(active.item<std::int64_t>()));
+    }
     if (join_options_.throw_on_early_termination) {
       // Step 2 with throw_on_early_termination: ranks out of data answer with 1.
       auto exhausted = at::zeros({1}, at::kLong);

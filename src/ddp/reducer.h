@@ -118,6 +118,7 @@ class Reducer {
   void launch_ready_buckets();
   void launch_bucket(std::size_t b);
   void launch_used_map();
+  void read_used_map();
   void finalize_backward();
   void delayed_reduce_all();
   void write_results(std::size_t bucket);
@@ -154,6 +155,7 @@ class Reducer {
   std::vector<char> marked_;           // variable ready in this iteration
   std::vector<std::size_t> unused_;    // marked ready without a gradient in this iteration
   at::Tensor local_used_;              // int32 per variable, reduced with find_unused
+  at::Tensor used_on_device_;          // its reduction on a device group (Note [Used map])
   std::shared_ptr<Work> used_work_;
   std::vector<char> globally_unused_;  // from the last reduced used-parameter map
 

@@ -10,9 +10,11 @@
 #include <torch/csrc/autograd/function_hook.h>
 #include <torch/csrc/autograd/variable.h>
 
+#include <algorithm>
+
 #include "dpx/errors.h"
-#include "comm/coordination/control.h"
 #include "ddp/sparse_reduce.h"
+#include "runtime/compat/torch_version.h"
 
 namespace dpx::detail {
 namespace {
@@ -20,17 +22,21 @@ namespace {
 // A gradient's share of the average, as PyTorch's reducer computes it: a copied gradient times
 // 1/world, one already in its bucket divided in place; in the kernels' compute type (float for
 // bfloat16 and float16), never with 1/world rounded to the gradient's dtype (bf16(1/3) is 0.2%
-// off). LibTorch 1.13 casts a scalar operand to a bf16 tensor's dtype, so reduced precision goes
-// through float explicitly.
+// off). A wrapped number (a Python scalar, to type promotion) keeps the multiply one kernel in
+// the gradient's dtype that computes in float. LibTorch 1.13 casts a scalar operand to a bf16
+// tensor's dtype, so there reduced precision goes through a float copy.
 void average_into(at::Tensor& out, const at::Tensor& in, double divisor) {
   const bool in_place = in.is_same(out);
-  if (in.scalar_type() == at::kBFloat16 || in.scalar_type() == at::kHalf) {
+  const bool reduced = in.scalar_type() == at::kBFloat16 || in.scalar_type() == at::kHalf;
+  if (reduced && compat::kTorchVersion < 200) {
     auto f = in.to(at::kFloat);
     out.copy_(in_place ? f.div_(divisor) : f.mul_(1.0 / divisor));
   } else if (in_place) {
     out.div_(divisor);
   } else {
-    at::mul_out(out, in, at::scalar_tensor(1.0 / divisor, at::kDouble));
+    auto factor = at::scalar_tensor(1.0 / divisor, at::kDouble);
+    factor.unsafeGetTensorImpl()->set_wrapped_number(true);
+    at::mul_out(out, in, factor);
   }
 }
 
@@ -215,7 +221,41 @@ void Reducer::launch_bucket(std::size_t b) {
   }
 }
 
-void Reducer::launch_used_map() { used_work_ = control_allreduce(*pg_, local_used_); }
+// Note [Used map]
+// With find_unused_parameters (and in a static graph's first iteration) the ranks add up which
+// parameters each one used. On a CPU group the map is reduced in place. On a device group it
+// goes to the device as PyTorch's reducer sends it: through a fresh pinned copy, without a host
+// wait (the caching host allocator keeps that copy until the transfer is done, so the map may be
+// cleared meanwhile), and it is read back, a host wait, only when some parameter went unused on
+// this rank: one used here is used, whatever the other ranks say.
+void Reducer::launch_used_map() {
+  if (pg_->options().device.is_cpu()) {
+    used_work_ = pg_->allreduce(local_used_);
+    return;
+  }
+  auto pinned = at::empty(local_used_.sizes(), local_used_.options().pinned_memory(true));
+  pinned.copy_(local_used_);
+  used_on_device_ = pinned.to(pg_->options().device, /*non_blocking=*/true);
+  used_work_ = pg_->allreduce(used_on_device_);
+}
+
+// Sets globally_unused_ from the reduced used map and clears this rank's for the next step.
+void Reducer::read_used_map() {
+  const int* here = local_used_.data_ptr<int>();
+  const bool all_used_here =
+      std::all_of(here, here + params_.size(), [](int used) { return used != 0; });
+  if (all_used_here) {
+    used_work_->synchronize();  // nothing to read back: ordered only (a wait on a CPU group)
+    std::fill(globally_unused_.begin(), globally_unused_.end(), 0);
+  } else {
+    used_work_->wait();
+    const at::Tensor reduced = used_on_device_.defined() ? used_on_device_.cpu() : local_used_;
+    const int* used = reduced.data_ptr<int>();
+    for (std::size_t i = 0; i < params_.size(); ++i) globally_unused_[i] = used[i] == 0;
+  }
+  used_work_.reset();
+  local_used_.zero_();  // Note [Used under no_sync]: marks live until a reduction reads them
+}
 
 void Reducer::delayed_reduce_all() {
   {
@@ -250,11 +290,7 @@ void Reducer::finalize_backward() {
     if (write_each) write_results(b);
   }
   if (used_work_) {
-    used_work_->wait();
-    used_work_.reset();
-    auto used = local_used_.data_ptr<int>();
-    for (std::size_t i = 0; i < params_.size(); ++i) globally_unused_[i] = used[i] == 0;
-    local_used_.zero_();  // Note [Used under no_sync]: marks live until a reduction reads them
+    read_used_map();
     for (std::size_t b = 0; b < buckets_.size(); ++b) write_results(b);
   }
   times_.mark(Moment::kEnd);

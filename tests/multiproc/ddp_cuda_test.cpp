@@ -233,6 +233,52 @@ TEST_P(DdpGpuRanks, JoinWithUnevenInputs) {
   });
 }
 
+// Once warmed up (buckets rebuilt), a DDP step over nccl makes the host wait for the GPU
+// nowhere: forward, backward and the optimizer's step run under CUDA's sync-debug mode set to
+// error (cuda::HostSyncsForbidden), which throws at any host synchronisation. With
+// find_unused_parameters and every parameter used here the used map is reduced without being
+// read back; under join with the default divisor the forward's all-reduce is not waited for
+// (both as PyTorch's DDP).
+TEST(DdpCuda, AStepOverNcclMakesNoHostSync) {
+  if (test::gpus_seen_by_a_child() == 0) GTEST_SKIP() << "no CUDA device";
+  if (!cuda::built()) GTEST_SKIP() << "dpx built without CUDA (DPX_CUDA)";
+  constexpr int kWarm = 3, kChecked = 3;
+  for (const std::string variant : {"default", "find_unused_parameters", "join"}) {
+    SCOPED_TRACE(variant);
+    test::on_gpu_ranks("nccl", 2, [&](int rank, std::shared_ptr<ProcessGroup> pg,
+                                      at::Device device) {
+      std::vector<test::Batch> batches;
+      for (auto b : test::make_batches(kWarm + kChecked, 2, kPerRank, {16})) {
+        b = test::slice(b, rank, 2);
+        batches.push_back({b.x.to(device), b.y.to(device)});
+      }
+      auto net = mlp_on(device);
+      DistributedDataParallelOptions d;
+      d.find_unused_parameters = variant == "find_unused_parameters";
+      DistributedDataParallel ddp(net, pg, d);
+      torch::optim::SGD opt(ddp->parameters(), 0.1);
+      auto steps = [&](int from, int to) {
+        for (int s = from; s < to; ++s) {
+          opt.zero_grad();
+          torch::nn::functional::cross_entropy(ddp->forward(batches[s].x), batches[s].y)
+              .backward();
+          opt.step();
+        }
+      };
+      auto all_steps = [&] {
+        steps(0, kWarm);
+        const cuda::HostSyncsForbidden no_syncs;
+        steps(kWarm, kWarm + kChecked);
+      };
+      if (variant == "join") {
+        ddp->join(all_steps);
+      } else {
+        all_steps();
+      }
+    });
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Cuda, DdpGpuRanks, ::testing::ValuesIn(test::gpu_sharing_backends()),
                          test::backend_param_name);
 

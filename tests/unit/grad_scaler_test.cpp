@@ -11,6 +11,7 @@
 
 #include "dpx/amp/autocast.h"
 #include "dpx/amp/grad_scaler.h"
+#include "dpx/runtime/cuda.h"
 #include "runtime/compat/torch_version.h"
 #include "support/expect_throws.h"
 
@@ -321,6 +322,30 @@ TEST(GradScalerCuda, AModelOnTheCpuAndAGpuKeepsAFlagPerDevice) {
   }
   EXPECT_EQ(scaler.get_scale(), 64);
   expect_params_close(net, ref, 1e-5, 1e-6);
+}
+
+// update() computes the next scale on the GPU, with no host wait (torch.amp.GradScaler's
+// _amp_update_scale_): under CUDA's sync-debug mode set to error it throws nowhere, through a
+// backoff and a growth; the scales it reached are those of the CPU.
+TEST(GradScalerCuda, UpdateMakesNoHostSync) {
+  if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
+  auto net = two_layers(at::Device("cuda:0"), at::Device("cuda:0"));
+  torch::optim::SGD opt(net->parameters(), 0.1);
+  GradScaler scaler({.init_scale = 256, .growth_interval = 2});
+  const double want[] = {128, 128, 256, 256};  // an inf, then growth every second clean step
+  for (int s = 0; s < 4; ++s) {
+    SCOPED_TRACE("step " + std::to_string(s));
+    const auto x = torch::randn({8, 16}).cuda(), y = torch::randn({8, 4}).cuda();
+    opt.zero_grad();
+    scaler.scale((net(x) - y).pow(2).mean()).backward();
+    if (s == 0) net->fc2->weight.mutable_grad()[0][0] = kInf;
+    scaler.step(opt);  // reads the flags on the host, as PyTorch's step does
+    {
+      const cuda::HostSyncsForbidden no_syncs;
+      scaler.update();
+    }
+    EXPECT_EQ(scaler.get_scale(), want[s]);
+  }
 }
 
 // Two GPUs: each device's gradients are checked on that device (one kernel could not take a

@@ -100,7 +100,8 @@ class GradScaler {
   GradScalerOptions options_;
   std::shared_ptr<ProcessGroup> group_;
   at::Tensor scale_;                  // float32, one element; undefined before scale()
-  std::int64_t growth_tracker_ = 0;   // clean steps in a row since the last change
+  at::Tensor growth_tracker_;         // int32, one element, on scale_'s device once it exists:
+                                      // clean steps in a row since the last change
   std::map<const torch::optim::Optimizer*, PerOptimizer> per_optimizer_;
 };
 

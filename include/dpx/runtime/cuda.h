@@ -29,4 +29,20 @@ at::Device local_device(at::Device asked = at::Device(at::kCUDA),
 // it first (Note [Thread devices] in src/runtime/cuda/local_device.h).
 void set_current_device(at::Device device);
 
+// While one is alive, a CUDA operation that makes the host wait for a GPU (an item(), a copy
+// to or from pageable memory, a stream or device synchronize) throws a c10::Error that names
+// it, as torch.cuda.set_sync_debug_mode("error") makes PyTorch do; the mode before it returns
+// at its end. CUDA's setting is process-wide: for tests and for finding the host waits of a
+// training step, not for threads of a running job. Without CUDA support it does nothing.
+class HostSyncsForbidden {
+ public:
+  HostSyncsForbidden();
+  ~HostSyncsForbidden();
+  HostSyncsForbidden(const HostSyncsForbidden&) = delete;
+  HostSyncsForbidden& operator=(const HostSyncsForbidden&) = delete;
+
+ private:
+  int previous_ = 0;
+};
+
 }  // namespace dpx::cuda
