@@ -37,6 +37,28 @@ std::map<at::ScalarType, std::vector<size_t>> reducible_by_dtype(
   return groups;
 }
 
+// `params` (of one dtype) in order, cut into runs of at most kChunkBytes (a larger parameter is
+// a run of its own): the replicas' copies and the reduce go one run at a time, so a device
+// holds one run's flat copy at once, not every gradient's (PyTorch's reduce_add_coalesced
+// works in buffers of the same size).
+std::vector<std::vector<size_t>> chunks_of(const std::vector<size_t>& params,
+                                           const std::vector<at::Tensor>& first_replica) {
+  constexpr int64_t kChunkBytes = 10 * 1024 * 1024;
+  std::vector<std::vector<size_t>> chunks;
+  int64_t bytes = 0;
+  for (size_t j : params) {
+    const auto& g = first_replica[j];
+    const int64_t size = g.numel() * static_cast<int64_t>(g.element_size());
+    if (chunks.empty() || bytes + size > kChunkBytes) {
+      chunks.emplace_back();
+      bytes = 0;
+    }
+    chunks.back().push_back(j);
+    bytes += size;
+  }
+  return chunks;
+}
+
 }  // namespace
 #endif
 
@@ -47,24 +69,26 @@ bool nccl_reduce_add(const std::vector<std::vector<at::Tensor>>& grads,
     return false;
   }
   for (const auto& [dtype, params] : reducible_by_dtype(grads, devices)) {
-    std::vector<at::Tensor> flat(devices.size());
-    for (size_t r = 0; r < devices.size(); ++r) {
-      const c10::cuda::CUDAGuard guard(devices[r]);
-      std::vector<at::Tensor> parts;
-      for (size_t j : params) parts.push_back(grads[r][j].reshape({-1}));
-      flat[r] = at::cat(parts);
-    }
-    at::Tensor total;
-    {
-      const c10::cuda::CUDAGuard guard(devices.front());
-      total = at::empty_like(flat.front());
-    }
-    torch::cuda::nccl::reduce(flat, total, /*root=*/0);
-    int64_t offset = 0;
-    for (size_t j : params) {
-      const auto& shape = grads.front()[j];
-      sums[j] = total.narrow(0, offset, shape.numel()).view(shape.sizes());
-      offset += shape.numel();
+    for (const auto& chunk : chunks_of(params, grads.front())) {
+      std::vector<at::Tensor> flat(devices.size());
+      for (size_t r = 0; r < devices.size(); ++r) {
+        const c10::cuda::CUDAGuard guard(devices[r]);
+        std::vector<at::Tensor> parts;
+        for (size_t j : chunk) parts.push_back(grads[r][j].reshape({-1}));
+        flat[r] = at::cat(parts);
+      }
+      at::Tensor total;
+      {
+        const c10::cuda::CUDAGuard guard(devices.front());
+        total = at::empty_like(flat.front());
+      }
+      torch::cuda::nccl::reduce(flat, total, /*root=*/0);
+      int64_t offset = 0;
+      for (size_t j : chunk) {
+        const auto& shape = grads.front()[j];
+        sums[j] = total.narrow(0, offset, shape.numel()).view(shape.sizes());
+        offset += shape.numel();
+      }
     }
   }
   return true;
