@@ -193,9 +193,11 @@ void train(Model model, const Args& a, Mode mode, const std::string& model_name,
   const double cpu = u1.cpu_seconds - u0.cpu_seconds;
   const long faults = u1.minor_faults - u0.minor_faults;
   double comm = NAN, exposed = NAN;
-  if (ddp) {  // averages over the timed steps only
-    const auto s1 = ddp->stats();
-    const double n0 = stats0.iterations, n1 = s1.iterations;
+  // Averages over the sampled steps (Note [Step times]) among the timed ones: steps 3 to 10
+  // after the default warm-up, and every 100th.
+  const auto s1 = ddp ? ddp->stats() : DdpStats{};
+  if (s1.timed_iterations > stats0.timed_iterations) {
+    const double n0 = stats0.timed_iterations, n1 = s1.timed_iterations;
     comm = (s1.avg_backward_comm_ms * n1 - stats0.avg_backward_comm_ms * n0) / (n1 - n0);
     exposed = (s1.avg_exposed_comm_ms * n1 - stats0.avg_exposed_comm_ms * n0) / (n1 - n0);
   }
