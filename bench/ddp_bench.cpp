@@ -44,8 +44,9 @@ struct Args {
 
 // The "-retain" configurations keep freed memory in the process as dpx DDP does by default: the
 // LibTorch ones through dpx's block cache (Note [CPU block cache] in
-// src/runtime/memory/cpu_block_cache.h), Python through glibc's tunables. The others run LibTorch's
-// and glibc's defaults.
+// src/runtime/memory/cpu_block_cache.h), Python through glibc's tunables. The other LibTorch ones,
+// DDP or not, run DPX_MALLOC's policy (retain when unset, so they differ from "-retain" only
+// under DPX_MALLOC=system); the other Python one runs glibc's defaults.
 enum class Mode {
   kPlain, kPlainRetain, kPlainPair, kPlainPairRetain, kDdp1, kDdp2, kDdp2View, kDdp2Timeline,
   kManual2,
@@ -130,12 +131,13 @@ template <typename Model>
 void train(Model model, const Args& a, Mode mode, const std::string& model_name, int rank,
            std::uint16_t port, const std::string& out) {
   torch::set_num_threads(a.threads);
-  if (applies_retain(mode)) apply_memory_policy(MemoryPolicy::kRetain);
-  // What init_process_group would choose for the process (dpx/runtime/process.h): SIGPIPE ignored,
-  // and DPX_MALLOC's policy (retain when unset) for DDP, as DDP programs get it.
+  // What init_process_group would choose for the process (dpx/runtime/process.h): SIGPIPE
+  // ignored, and DPX_MALLOC's memory policy (retain when unset), as DDP programs get it. Every
+  // LibTorch configuration gets the same policy, so that a ratio to plain measures DDP and not
+  // two allocators; the "-retain" ones retain whatever DPX_MALLOC says.
   ProcessOptions process;
-  process.apply_memory_policy = is_ddp(mode);
-  if (communicates(mode)) init_process(process);
+  if (applies_retain(mode)) process.memory_policy = MemoryPolicy::kRetain;
+  init_process(process);
   const int world = world_of(mode, a.world);
   // Chosen in the forked child: the parent never makes a CUDA context (a child could not use it).
   const at::Device device = cuda::local_device(at::Device(a.device), rank);
