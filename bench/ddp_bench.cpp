@@ -36,7 +36,7 @@ struct Args {
   std::string device = "cpu";  // or cuda: process r on GPU r (modulo the GPUs present)
   bool python = true;
   std::vector<std::string> models = {"cnn", "mlp"};
-  // empty: all (plain, plain-retain, pair, pair-retain, ddp1, ddp2, ddp2-view, manual,
+  // empty: all (plain, plain-retain, pair, pair-retain, ddp1, ddp1r, ddp2, ddp2-view, manual,
   // manual-retain, python, python-retain)
   std::vector<std::string> configs;
   std::string timeline;  // --timeline PREFIX: ddp2-timeline writes PREFIX.<model>.rank<R>.json
@@ -48,7 +48,8 @@ struct Args {
 // DDP or not, run DPX_MALLOC's policy (retain when unset, so they differ from "-retain" only
 // under DPX_MALLOC=system); the other Python one runs glibc's defaults.
 enum class Mode {
-  kPlain, kPlainRetain, kPlainPair, kPlainPairRetain, kDdp1, kDdp2, kDdp2View, kDdp2Timeline,
+  kPlain, kPlainRetain, kPlainPair, kPlainPairRetain, kDdp1, kDdp1Reduce, kDdp2, kDdp2View,
+  kDdp2Timeline,
   kManual2,
   kManual2Retain,
   kPython2, kPython2Retain
@@ -61,6 +62,7 @@ const char* base_name_of(Mode m) {
     case Mode::kPlainPair: return "2 independent plain processes";
     case Mode::kPlainPairRetain: return "2 independent plain processes, retained memory";
     case Mode::kDdp1: return "dpx DDP, 1 rank";
+    case Mode::kDdp1Reduce: return "dpx DDP, 1 rank, reduction on";
     case Mode::kDdp2: return "dpx DDP, 2 ranks";
     case Mode::kDdp2View: return "dpx DDP, 2 ranks, gradient_as_bucket_view";
     case Mode::kDdp2Timeline: return "dpx DDP, 2 ranks, timeline on";
@@ -86,7 +88,9 @@ std::string for_world(std::string text, int world) {
 std::string name_of(Mode m, int world) { return for_world(base_name_of(m), world); }
 
 int world_of(Mode m, int world) {
-  return m == Mode::kPlain || m == Mode::kPlainRetain || m == Mode::kDdp1 ? 1 : world;
+  const bool one = m == Mode::kPlain || m == Mode::kPlainRetain || m == Mode::kDdp1 ||
+                   m == Mode::kDdp1Reduce;
+  return one ? 1 : world;
 }
 bool is_pair(Mode m) { return m == Mode::kPlainPair || m == Mode::kPlainPairRetain; }
 bool is_python(Mode m) { return m == Mode::kPython2 || m == Mode::kPython2Retain; }
@@ -101,7 +105,8 @@ constexpr const char* kRetainTunables =
     "glibc.malloc.mmap_max=0:glibc.malloc.trim_threshold=2147483647";
 
 bool is_ddp(Mode m) {
-  return m == Mode::kDdp1 || m == Mode::kDdp2 || m == Mode::kDdp2View || m == Mode::kDdp2Timeline;
+  return m == Mode::kDdp1 || m == Mode::kDdp1Reduce || m == Mode::kDdp2 || m == Mode::kDdp2View ||
+         m == Mode::kDdp2Timeline;
 }
 bool communicates(Mode m) { return is_ddp(m) || is_manual(m); }
 
@@ -166,6 +171,10 @@ void train(Model model, const Args& a, Mode mode, const std::string& model_name,
     DistributedDataParallelOptions options;
     options.gradient_as_bucket_view = mode == Mode::kDdp2View;
     ddp = DistributedDataParallel(model, pg, options);
+    // One rank reduces nothing (Note [One rank] in src/ddp/reducer_step.cpp); PyTorch's DDP
+    // still copies the gradients into buckets, all-reduces each bucket and copies them back,
+    // which the built-in all-reduce hook makes dpx do too.
+    if (mode == Mode::kDdp1Reduce) ddp->register_comm_hook({}, hooks::allreduce_hook);
   }
   torch::optim::SGD opt(model->parameters(), 0.01);
   auto step = [&] {
@@ -345,6 +354,7 @@ const char* key_of(Mode m) {
     case Mode::kPlainPair: return "pair";
     case Mode::kPlainPairRetain: return "pair-retain";
     case Mode::kDdp1: return "ddp1";
+    case Mode::kDdp1Reduce: return "ddp1r";
     case Mode::kDdp2: return "ddp2";
     case Mode::kDdp2View: return "ddp2-view";
     case Mode::kDdp2Timeline: return "ddp2-timeline";
@@ -385,13 +395,13 @@ void add_flags(CLI::App& app, Args& a) {
   app.add_option("--timeline", a.timeline,
                  "ddp2-timeline writes its ranks' timelines to PREFIX.<model>.rank<R>.json");
   app.add_option("--configs", a.configs,
-                 "a subset of plain,plain-retain,pair,pair-retain,ddp1,ddp2,ddp2-view,"
+                 "a subset of plain,plain-retain,pair,pair-retain,ddp1,ddp1r,ddp2,ddp2-view,"
                  "ddp2-timeline,manual,"
                  "manual-retain,python,python-retain (default all)")
       ->delimiter(',')
-      ->check(CLI::IsMember({"plain", "plain-retain", "pair", "pair-retain", "ddp1", "ddp2",
-                             "ddp2-view", "ddp2-timeline", "manual", "manual-retain", "python",
-                             "python-retain"}));
+      ->check(CLI::IsMember({"plain", "plain-retain", "pair", "pair-retain", "ddp1", "ddp1r",
+                             "ddp2", "ddp2-view", "ddp2-timeline", "manual", "manual-retain",
+                             "python", "python-retain"}));
 }
 
 void report(const Args& a, const std::string& model, const std::vector<Mode>& modes,
@@ -440,6 +450,7 @@ void report(const Args& a, const std::string& model, const std::vector<Mode>& mo
        Mode::kPlainPairRetain);
   line("dpx DDP 1 rank / plain", Mode::kDdp1, Mode::kPlain);
   line("dpx DDP 1 rank / plain, retained memory", Mode::kDdp1, Mode::kPlainRetain);
+  line("dpx DDP 1 rank, reduction on / plain", Mode::kDdp1Reduce, Mode::kPlain);
   line("dpx DDP 2 ranks / hand-written loop", Mode::kDdp2, Mode::kManual2);
   line("dpx DDP 2 ranks / hand-written loop, retained memory", Mode::kDdp2, Mode::kManual2Retain);
   line("dpx DDP 2 ranks, gradient_as_bucket_view / hand-written loop, retained memory",
@@ -458,8 +469,8 @@ int run_ddp_bench(const Args& a, const std::vector<std::string>& argv) {
   char dir_template[] = "/tmp/dpx-bench-ddp-XXXXXX";
   const std::string dir = ::mkdtemp(dir_template);
   std::vector<Mode> modes = {Mode::kPlain, Mode::kPlainRetain, Mode::kPlainPair,
-                             Mode::kPlainPairRetain, Mode::kDdp1, Mode::kDdp2, Mode::kDdp2View,
-                             Mode::kDdp2Timeline, Mode::kManual2,
+                             Mode::kPlainPairRetain, Mode::kDdp1, Mode::kDdp1Reduce, Mode::kDdp2,
+                             Mode::kDdp2View, Mode::kDdp2Timeline, Mode::kManual2,
                              Mode::kManual2Retain};
   if (a.python) {
     if (std::system(DPX_PYTHON " -c 'import torch.distributed' >/dev/null 2>&1") == 0) {
