@@ -1,7 +1,8 @@
 // dpx-bench ddp: training throughput and CPU cost of dpx DDP against plain LibTorch, the
 // hand-written "all-reduce every gradient after backward" loop and PyTorch's Python DDP.
-// Configurations alternate within rounds (this machine is noisy); medians and ratios are
-// reported. Every configuration runs in fresh processes forked (or, for Python, spawned) here.
+// Configurations alternate within rounds, in an order rotated each round (this machine is
+// noisy); medians, ratios and each round's ratios are reported. Every configuration runs in
+// fresh processes forked (or, for Python, spawned) here.
 #include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -438,11 +439,21 @@ void report(const Args& a, const std::string& model, const std::vector<Mode>& mo
     return cpu ? med[a_].cpu_per_1000 / med[b_].cpu_per_1000
                : med[a_].samples_per_s / med[b_].samples_per_s;
   };
-  // Each ratio prints only when both of its configurations ran (see --configs).
+  // Each ratio prints only when both of its configurations ran (see --configs), the ratio of
+  // the medians first, then each round's throughput ratio (configurations of a round run
+  // close together, so their ratio is steadier than either's throughput).
   auto line = [&](const char* what, Mode a_, Mode b_) {
     if (!med.count(a_) || !med.count(b_)) return;
-    std::printf("- %s: %.3f throughput, %.3f CPU per sample\n", for_world(what, a.world).c_str(),
-                ratio(a_, b_, false), ratio(a_, b_, true));
+    std::string rounds;
+    for (std::size_t r = 0; r < all[a_].size() && r < all[b_].size(); ++r) {
+      char buf[32];
+      std::snprintf(buf, sizeof buf, "%s%.3f", r ? ", " : "",
+                    all[a_][r].samples_per_s / all[b_][r].samples_per_s);
+      rounds += buf;
+    }
+    std::printf("- %s: %.3f throughput, %.3f CPU per sample (rounds: %s)\n",
+                for_world(what, a.world).c_str(), ratio(a_, b_, false), ratio(a_, b_, true),
+                rounds.c_str());
   };
   std::printf("\n");
   line("dpx DDP 2 ranks / 2 independent processes", Mode::kDdp2, Mode::kPlainPair);
@@ -491,9 +502,15 @@ int run_ddp_bench(const Args& a, const std::vector<std::string>& argv) {
   }
   std::map<std::string, std::map<Mode, std::vector<Sample>>> results;
   for (int round = 0; round < a.rounds; ++round) {
+    // Each round starts one configuration later, so that none always runs first (on a cold
+    // machine) or always after the same one.
+    auto order = modes;
+    if (!order.empty()) {
+      std::rotate(order.begin(), order.begin() + round % order.size(), order.end());
+    }
     for (const auto& model : a.models) {
       TORCH_CHECK(model == "cnn" || model == "mlp", "unknown model ", model, "; use cnn,mlp");
-      for (auto m : modes) {
+      for (auto m : order) {
         auto s = run(a, m, model, dir);
         results[model][m].push_back(s);
         std::fprintf(stderr, "round %d %s %-40s %9.1f samples/s %7.3f cpu-s/1000 %8.0f faults/step\n",
