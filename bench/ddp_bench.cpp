@@ -27,8 +27,10 @@ namespace {
 struct Args {
   std::string backend = "gloo";
   int rounds = 3;
-  int cnn_steps = 30;
-  int mlp_steps = 4;
+  // Timed steps per round; 0: the device's default (steps_of).
+  int cnn_steps = 0;
+  int mlp_steps = 0;
+  std::vector<std::string> steps;  // --steps CONFIG:MODEL=N entries
   int warmup = 2;
   int batch = 64;
   int threads = 1;  // intra-op threads per process
@@ -55,6 +57,12 @@ enum class Mode {
   kManual2Retain,
   kPython2, kPython2Retain
 };
+
+// Every configuration, in the first round's order.
+const std::vector<Mode> kAllModes = {
+    Mode::kPlain, Mode::kPlainRetain, Mode::kPlainPair, Mode::kPlainPairRetain, Mode::kDdp1,
+    Mode::kDdp1Reduce, Mode::kDdp2, Mode::kDdp2View, Mode::kDdp2Timeline, Mode::kManual2,
+    Mode::kManual2Retain, Mode::kPython2, Mode::kPython2Retain};
 
 const char* base_name_of(Mode m) {
   switch (m) {
@@ -110,6 +118,39 @@ bool is_ddp(Mode m) {
          m == Mode::kDdp2Timeline;
 }
 bool communicates(Mode m) { return is_ddp(m) || is_manual(m); }
+
+const char* key_of(Mode m) {
+  switch (m) {
+    case Mode::kPlain: return "plain";
+    case Mode::kPlainRetain: return "plain-retain";
+    case Mode::kPlainPair: return "pair";
+    case Mode::kPlainPairRetain: return "pair-retain";
+    case Mode::kDdp1: return "ddp1";
+    case Mode::kDdp1Reduce: return "ddp1r";
+    case Mode::kDdp2: return "ddp2";
+    case Mode::kDdp2View: return "ddp2-view";
+    case Mode::kDdp2Timeline: return "ddp2-timeline";
+    case Mode::kManual2: return "manual";
+    case Mode::kManual2Retain: return "manual-retain";
+    case Mode::kPython2: return "python";
+    case Mode::kPython2Retain: return "python-retain";
+  }
+  return "?";
+}
+
+// Timed steps of `mode` on `model`: its --steps entry, else --cnn-steps or --mlp-steps. Their
+// defaults suit the device: a GPU runs the CPU's 30 CNN steps in 35 ms, too short to trust, so
+// with --device cuda every configuration runs 300 (the slow ones, such as 2 ranks sharing one
+// GPU, are cut with --steps).
+int steps_of(const Args& a, Mode mode, const std::string& model) {
+  const std::string key = std::string(key_of(mode)) + ":" + model + "=";
+  for (const auto& entry : a.steps) {
+    if (entry.rfind(key, 0) == 0) return std::stoi(entry.substr(key.size()));
+  }
+  const bool cuda = a.device == "cuda";
+  if (model == "cnn") return a.cnn_steps > 0 ? a.cnn_steps : (cuda ? 300 : 30);
+  return a.mlp_steps > 0 ? a.mlp_steps : (cuda ? 300 : 4);
+}
 
 struct Sample {
   double samples_per_s = 0;
@@ -194,7 +235,7 @@ void train(Model model, const Args& a, Mode mode, const std::string& model_name,
   for (int i = 0; i < a.warmup; ++i) step();
   finish_queued();
   if (pg) pg->barrier()->wait();
-  const int steps = model_name == "cnn" ? a.cnn_steps : a.mlp_steps;
+  const int steps = steps_of(a, mode, model_name);
   const auto stats0 = ddp ? ddp->stats() : DdpStats{};
   const Usage u0 = usage();
   const auto t0 = std::chrono::steady_clock::now();
@@ -277,7 +318,7 @@ Sample run(const Args& a, Mode mode, const std::string& model, const std::string
       const std::string script = std::string(DPX_BENCH_SOURCE_DIR) + "/python/ddp_baseline.py";
       std::vector<std::string> argv = {DPX_PYTHON, script, "--model", model, "--world",
                                        std::to_string(a.world), "--steps",
-                                       std::to_string(model == "cnn" ? a.cnn_steps : a.mlp_steps),
+                                       std::to_string(steps_of(a, mode, model)),
                                        "--warmup", std::to_string(a.warmup), "--batch",
                                        std::to_string(a.batch), "--threads",
                                        std::to_string(a.threads), "--mlp-width",
@@ -343,28 +384,9 @@ Sample run(const Args& a, Mode mode, const std::string& model, const std::string
     if (r == 0) comm = cm, exposed = ex;
     std::remove(path.c_str());
   }
-  const int steps = model == "cnn" ? a.cnn_steps : a.mlp_steps;
+  const int steps = steps_of(a, mode, model);
   const double samples = static_cast<double>(procs) * a.batch * steps;
   return {samples / max_secs, cpu / samples * 1000, faults / steps, comm, exposed};
-}
-
-const char* key_of(Mode m) {
-  switch (m) {
-    case Mode::kPlain: return "plain";
-    case Mode::kPlainRetain: return "plain-retain";
-    case Mode::kPlainPair: return "pair";
-    case Mode::kPlainPairRetain: return "pair-retain";
-    case Mode::kDdp1: return "ddp1";
-    case Mode::kDdp1Reduce: return "ddp1r";
-    case Mode::kDdp2: return "ddp2";
-    case Mode::kDdp2View: return "ddp2-view";
-    case Mode::kDdp2Timeline: return "ddp2-timeline";
-    case Mode::kManual2: return "manual";
-    case Mode::kManual2Retain: return "manual-retain";
-    case Mode::kPython2: return "python";
-    case Mode::kPython2Retain: return "python-retain";
-  }
-  return "?";
 }
 
 void add_flags(CLI::App& app, Args& a) {
@@ -375,10 +397,33 @@ void add_flags(CLI::App& app, Args& a) {
       ->check(CLI::IsMember({"cpu", "cuda"}));
   app.add_option("--rounds", a.rounds, "rounds, configurations alternated (default 3)")
       ->check(positive);
-  app.add_option("--cnn-steps", a.cnn_steps, "timed steps of the CNN (default 30)")
+  app.add_option("--cnn-steps", a.cnn_steps, "timed steps of the CNN per round (default 30; "
+                 "300 with --device cuda)")
       ->check(positive);
-  app.add_option("--mlp-steps", a.mlp_steps, "timed steps of the MLP (default 4)")
+  app.add_option("--mlp-steps", a.mlp_steps, "timed steps of the MLP per round (default 4; "
+                 "300 with --device cuda)")
       ->check(positive);
+  app.add_option("--steps", a.steps, "CONFIG:MODEL=N,...: N timed steps for that configuration "
+                 "and model instead (e.g. ddp2:mlp=20: 2 ranks sharing a GPU are slow)")
+      ->delimiter(',')
+      ->check(CLI::Validator(
+          [](std::string& v) -> std::string {
+            const auto colon = v.find(':'), eq = v.find('=');
+            const bool shaped = colon != std::string::npos && eq != std::string::npos &&
+                                colon < eq && eq + 1 < v.size() && v.size() - eq <= 9 &&
+                                v.find_first_not_of("0123456789", eq + 1) == std::string::npos;
+            const std::string config = v.substr(0, colon);
+            const std::string model = shaped ? v.substr(colon + 1, eq - colon - 1) : "";
+            bool known = false;
+            for (auto m : kAllModes) known = known || config == key_of(m);
+            if (shaped && known && (model == "cnn" || model == "mlp") &&
+                std::stoi(v.substr(eq + 1)) > 0) {
+              return "";
+            }
+            return "expects CONFIG:MODEL=N (a configuration of --configs, cnn or mlp, N >= 1), "
+                   "got '" + v + "'";
+          },
+          "CONFIG:MODEL=N"));
   app.add_option("--warmup", a.warmup, "untimed steps (default 2)")->check(positive);
   app.add_option("--batch", a.batch, "samples per rank and step (default 64)")
       ->check(positive);
@@ -424,15 +469,16 @@ void report(const Args& a, const std::string& model, const std::vector<Mode>& mo
               a.batch, a.threads, a.backend.c_str(), a.device.c_str(), a.rounds,
               retain ? "retain" : "system");
   std::printf("| configuration | samples/s | CPU s / 1000 samples | page faults / step | "
-              "comm ms/iter | exposed ms/iter |\n");
-  std::printf("|---|---:|---:|---:|---:|---:|\n");
+              "comm ms/iter | exposed ms/iter | timed steps/round |\n");
+  std::printf("|---|---:|---:|---:|---:|---:|---:|\n");
   for (auto m : modes) {
     const auto& s = med[m];
-    std::printf("| %s | %.1f | %.3f | %.0f | %s | %s |\n", name_of(m, a.world).c_str(),
+    std::printf("| %s | %.1f | %.3f | %.0f | %s | %s | %d |\n", name_of(m, a.world).c_str(),
                 s.samples_per_s,
                 s.cpu_per_1000, s.faults_per_step,
                 std::isnan(s.comm_ms) ? "" : std::to_string(s.comm_ms).substr(0, 7).c_str(),
-                std::isnan(s.exposed_ms) ? "" : std::to_string(s.exposed_ms).substr(0, 7).c_str());
+                std::isnan(s.exposed_ms) ? "" : std::to_string(s.exposed_ms).substr(0, 7).c_str(),
+                steps_of(a, m, model));
   }
   auto ratio = [&](Mode a_, Mode b_, bool cpu) {
     if (!med.count(a_) || !med.count(b_)) return static_cast<double>(NAN);
@@ -479,10 +525,10 @@ void report(const Args& a, const std::string& model, const std::vector<Mode>& mo
 int run_ddp_bench(const Args& a, const std::vector<std::string>& argv) {
   char dir_template[] = "/tmp/dpx-bench-ddp-XXXXXX";
   const std::string dir = ::mkdtemp(dir_template);
-  std::vector<Mode> modes = {Mode::kPlain, Mode::kPlainRetain, Mode::kPlainPair,
-                             Mode::kPlainPairRetain, Mode::kDdp1, Mode::kDdp1Reduce, Mode::kDdp2,
-                             Mode::kDdp2View, Mode::kDdp2Timeline, Mode::kManual2,
-                             Mode::kManual2Retain};
+  std::vector<Mode> modes;
+  for (auto m : kAllModes) {
+    if (!is_python(m)) modes.push_back(m);
+  }
   if (a.python) {
     if (std::system(DPX_PYTHON " -c 'import torch.distributed' >/dev/null 2>&1") == 0) {
       modes.push_back(Mode::kPython2);
