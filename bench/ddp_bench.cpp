@@ -1,7 +1,8 @@
 // dpx-bench ddp: training throughput and CPU cost of dpx DDP against plain LibTorch, the
 // hand-written "all-reduce every gradient after backward" loop and PyTorch's Python DDP.
-// Configurations alternate within rounds (this machine is noisy); medians and ratios are
-// reported. Every configuration runs in fresh processes forked (or, for Python, spawned) here.
+// Configurations alternate within rounds, in an order rotated each round (this machine is
+// noisy); medians, ratios and each round's ratios are reported. Every configuration runs in
+// fresh processes forked (or, for Python, spawned) here.
 #include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -26,8 +27,10 @@ namespace {
 struct Args {
   std::string backend = "gloo";
   int rounds = 3;
-  int cnn_steps = 30;
-  int mlp_steps = 4;
+  // Timed steps per round; 0: the device's default (steps_of).
+  int cnn_steps = 0;
+  int mlp_steps = 0;
+  std::vector<std::string> steps;  // --steps CONFIG:MODEL=N entries
   int warmup = 2;
   int batch = 64;
   int threads = 1;  // intra-op threads per process
@@ -36,7 +39,7 @@ struct Args {
   std::string device = "cpu";  // or cuda: process r on GPU r (modulo the GPUs present)
   bool python = true;
   std::vector<std::string> models = {"cnn", "mlp"};
-  // empty: all (plain, plain-retain, pair, pair-retain, ddp1, ddp2, ddp2-view, manual,
+  // empty: all (plain, plain-retain, pair, pair-retain, ddp1, ddp1r, ddp2, ddp2-view, manual,
   // manual-retain, python, python-retain)
   std::vector<std::string> configs;
   std::string timeline;  // --timeline PREFIX: ddp2-timeline writes PREFIX.<model>.rank<R>.json
@@ -44,14 +47,22 @@ struct Args {
 
 // The "-retain" configurations keep freed memory in the process as dpx DDP does by default: the
 // LibTorch ones through dpx's block cache (Note [CPU block cache] in
-// src/runtime/memory/cpu_block_cache.h), Python through glibc's tunables. The others run LibTorch's
-// and glibc's defaults.
+// src/runtime/memory/cpu_block_cache.h), Python through glibc's tunables. The other LibTorch ones,
+// DDP or not, run DPX_MALLOC's policy (retain when unset, so they differ from "-retain" only
+// under DPX_MALLOC=system); the other Python one runs glibc's defaults.
 enum class Mode {
-  kPlain, kPlainRetain, kPlainPair, kPlainPairRetain, kDdp1, kDdp2, kDdp2View, kDdp2Timeline,
+  kPlain, kPlainRetain, kPlainPair, kPlainPairRetain, kDdp1, kDdp1Reduce, kDdp2, kDdp2View,
+  kDdp2Timeline,
   kManual2,
   kManual2Retain,
   kPython2, kPython2Retain
 };
+
+// Every configuration, in the first round's order.
+const std::vector<Mode> kAllModes = {
+    Mode::kPlain, Mode::kPlainRetain, Mode::kPlainPair, Mode::kPlainPairRetain, Mode::kDdp1,
+    Mode::kDdp1Reduce, Mode::kDdp2, Mode::kDdp2View, Mode::kDdp2Timeline, Mode::kManual2,
+    Mode::kManual2Retain, Mode::kPython2, Mode::kPython2Retain};
 
 const char* base_name_of(Mode m) {
   switch (m) {
@@ -60,6 +71,7 @@ const char* base_name_of(Mode m) {
     case Mode::kPlainPair: return "2 independent plain processes";
     case Mode::kPlainPairRetain: return "2 independent plain processes, retained memory";
     case Mode::kDdp1: return "dpx DDP, 1 rank";
+    case Mode::kDdp1Reduce: return "dpx DDP, 1 rank, reduction on";
     case Mode::kDdp2: return "dpx DDP, 2 ranks";
     case Mode::kDdp2View: return "dpx DDP, 2 ranks, gradient_as_bucket_view";
     case Mode::kDdp2Timeline: return "dpx DDP, 2 ranks, timeline on";
@@ -85,7 +97,9 @@ std::string for_world(std::string text, int world) {
 std::string name_of(Mode m, int world) { return for_world(base_name_of(m), world); }
 
 int world_of(Mode m, int world) {
-  return m == Mode::kPlain || m == Mode::kPlainRetain || m == Mode::kDdp1 ? 1 : world;
+  const bool one = m == Mode::kPlain || m == Mode::kPlainRetain || m == Mode::kDdp1 ||
+                   m == Mode::kDdp1Reduce;
+  return one ? 1 : world;
 }
 bool is_pair(Mode m) { return m == Mode::kPlainPair || m == Mode::kPlainPairRetain; }
 bool is_python(Mode m) { return m == Mode::kPython2 || m == Mode::kPython2Retain; }
@@ -100,9 +114,43 @@ constexpr const char* kRetainTunables =
     "glibc.malloc.mmap_max=0:glibc.malloc.trim_threshold=2147483647";
 
 bool is_ddp(Mode m) {
-  return m == Mode::kDdp1 || m == Mode::kDdp2 || m == Mode::kDdp2View || m == Mode::kDdp2Timeline;
+  return m == Mode::kDdp1 || m == Mode::kDdp1Reduce || m == Mode::kDdp2 || m == Mode::kDdp2View ||
+         m == Mode::kDdp2Timeline;
 }
 bool communicates(Mode m) { return is_ddp(m) || is_manual(m); }
+
+const char* key_of(Mode m) {
+  switch (m) {
+    case Mode::kPlain: return "plain";
+    case Mode::kPlainRetain: return "plain-retain";
+    case Mode::kPlainPair: return "pair";
+    case Mode::kPlainPairRetain: return "pair-retain";
+    case Mode::kDdp1: return "ddp1";
+    case Mode::kDdp1Reduce: return "ddp1r";
+    case Mode::kDdp2: return "ddp2";
+    case Mode::kDdp2View: return "ddp2-view";
+    case Mode::kDdp2Timeline: return "ddp2-timeline";
+    case Mode::kManual2: return "manual";
+    case Mode::kManual2Retain: return "manual-retain";
+    case Mode::kPython2: return "python";
+    case Mode::kPython2Retain: return "python-retain";
+  }
+  return "?";
+}
+
+// Timed steps of `mode` on `model`: its --steps entry, else --cnn-steps or --mlp-steps. Their
+// defaults suit the device: a GPU runs the CPU's 30 CNN steps in 35 ms, too short to trust, so
+// with --device cuda every configuration runs 300 (the slow ones, such as 2 ranks sharing one
+// GPU, are cut with --steps).
+int steps_of(const Args& a, Mode mode, const std::string& model) {
+  const std::string key = std::string(key_of(mode)) + ":" + model + "=";
+  for (const auto& entry : a.steps) {
+    if (entry.rfind(key, 0) == 0) return std::stoi(entry.substr(key.size()));
+  }
+  const bool cuda = a.device == "cuda";
+  if (model == "cnn") return a.cnn_steps > 0 ? a.cnn_steps : (cuda ? 300 : 30);
+  return a.mlp_steps > 0 ? a.mlp_steps : (cuda ? 300 : 4);
+}
 
 struct Sample {
   double samples_per_s = 0;
@@ -130,12 +178,13 @@ template <typename Model>
 void train(Model model, const Args& a, Mode mode, const std::string& model_name, int rank,
            std::uint16_t port, const std::string& out) {
   torch::set_num_threads(a.threads);
-  if (applies_retain(mode)) apply_memory_policy(MemoryPolicy::kRetain);
-  // What init_process_group would choose for the process (dpx/runtime/process.h): SIGPIPE ignored,
-  // and DPX_MALLOC's policy (retain when unset) for DDP, as DDP programs get it.
+  // What init_process_group would choose for the process (dpx/runtime/process.h): SIGPIPE
+  // ignored, and DPX_MALLOC's memory policy (retain when unset), as DDP programs get it. Every
+  // LibTorch configuration gets the same policy, so that a ratio to plain measures DDP and not
+  // two allocators; the "-retain" ones retain whatever DPX_MALLOC says.
   ProcessOptions process;
-  process.apply_memory_policy = is_ddp(mode);
-  if (communicates(mode)) init_process(process);
+  if (applies_retain(mode)) process.memory_policy = MemoryPolicy::kRetain;
+  init_process(process);
   const int world = world_of(mode, a.world);
   // Chosen in the forked child: the parent never makes a CUDA context (a child could not use it).
   const at::Device device = cuda::local_device(at::Device(a.device), rank);
@@ -164,6 +213,10 @@ void train(Model model, const Args& a, Mode mode, const std::string& model_name,
     DistributedDataParallelOptions options;
     options.gradient_as_bucket_view = mode == Mode::kDdp2View;
     ddp = DistributedDataParallel(model, pg, options);
+    // One rank reduces nothing (Note [One rank] in src/ddp/reducer_step.cpp); PyTorch's DDP
+    // still copies the gradients into buckets, all-reduces each bucket and copies them back,
+    // which the built-in all-reduce hook makes dpx do too.
+    if (mode == Mode::kDdp1Reduce) ddp->register_comm_hook({}, hooks::allreduce_hook);
   }
   torch::optim::SGD opt(model->parameters(), 0.01);
   auto step = [&] {
@@ -182,7 +235,7 @@ void train(Model model, const Args& a, Mode mode, const std::string& model_name,
   for (int i = 0; i < a.warmup; ++i) step();
   finish_queued();
   if (pg) pg->barrier()->wait();
-  const int steps = model_name == "cnn" ? a.cnn_steps : a.mlp_steps;
+  const int steps = steps_of(a, mode, model_name);
   const auto stats0 = ddp ? ddp->stats() : DdpStats{};
   const Usage u0 = usage();
   const auto t0 = std::chrono::steady_clock::now();
@@ -193,9 +246,11 @@ void train(Model model, const Args& a, Mode mode, const std::string& model_name,
   const double cpu = u1.cpu_seconds - u0.cpu_seconds;
   const long faults = u1.minor_faults - u0.minor_faults;
   double comm = NAN, exposed = NAN;
-  if (ddp) {  // averages over the timed steps only
-    const auto s1 = ddp->stats();
-    const double n0 = stats0.iterations, n1 = s1.iterations;
+  // Averages over the sampled steps (Note [Step times]) among the timed ones: steps 3 to 10
+  // after the default warm-up, and every 100th.
+  const auto s1 = ddp ? ddp->stats() : DdpStats{};
+  if (s1.timed_iterations > stats0.timed_iterations) {
+    const double n0 = stats0.timed_iterations, n1 = s1.timed_iterations;
     comm = (s1.avg_backward_comm_ms * n1 - stats0.avg_backward_comm_ms * n0) / (n1 - n0);
     exposed = (s1.avg_exposed_comm_ms * n1 - stats0.avg_exposed_comm_ms * n0) / (n1 - n0);
   }
@@ -263,7 +318,7 @@ Sample run(const Args& a, Mode mode, const std::string& model, const std::string
       const std::string script = std::string(DPX_BENCH_SOURCE_DIR) + "/python/ddp_baseline.py";
       std::vector<std::string> argv = {DPX_PYTHON, script, "--model", model, "--world",
                                        std::to_string(a.world), "--steps",
-                                       std::to_string(model == "cnn" ? a.cnn_steps : a.mlp_steps),
+                                       std::to_string(steps_of(a, mode, model)),
                                        "--warmup", std::to_string(a.warmup), "--batch",
                                        std::to_string(a.batch), "--threads",
                                        std::to_string(a.threads), "--mlp-width",
@@ -329,27 +384,9 @@ Sample run(const Args& a, Mode mode, const std::string& model, const std::string
     if (r == 0) comm = cm, exposed = ex;
     std::remove(path.c_str());
   }
-  const int steps = model == "cnn" ? a.cnn_steps : a.mlp_steps;
+  const int steps = steps_of(a, mode, model);
   const double samples = static_cast<double>(procs) * a.batch * steps;
   return {samples / max_secs, cpu / samples * 1000, faults / steps, comm, exposed};
-}
-
-const char* key_of(Mode m) {
-  switch (m) {
-    case Mode::kPlain: return "plain";
-    case Mode::kPlainRetain: return "plain-retain";
-    case Mode::kPlainPair: return "pair";
-    case Mode::kPlainPairRetain: return "pair-retain";
-    case Mode::kDdp1: return "ddp1";
-    case Mode::kDdp2: return "ddp2";
-    case Mode::kDdp2View: return "ddp2-view";
-    case Mode::kDdp2Timeline: return "ddp2-timeline";
-    case Mode::kManual2: return "manual";
-    case Mode::kManual2Retain: return "manual-retain";
-    case Mode::kPython2: return "python";
-    case Mode::kPython2Retain: return "python-retain";
-  }
-  return "?";
 }
 
 void add_flags(CLI::App& app, Args& a) {
@@ -360,10 +397,33 @@ void add_flags(CLI::App& app, Args& a) {
       ->check(CLI::IsMember({"cpu", "cuda"}));
   app.add_option("--rounds", a.rounds, "rounds, configurations alternated (default 3)")
       ->check(positive);
-  app.add_option("--cnn-steps", a.cnn_steps, "timed steps of the CNN (default 30)")
+  app.add_option("--cnn-steps", a.cnn_steps, "timed steps of the CNN per round (default 30; "
+                 "300 with --device cuda)")
       ->check(positive);
-  app.add_option("--mlp-steps", a.mlp_steps, "timed steps of the MLP (default 4)")
+  app.add_option("--mlp-steps", a.mlp_steps, "timed steps of the MLP per round (default 4; "
+                 "300 with --device cuda)")
       ->check(positive);
+  app.add_option("--steps", a.steps, "CONFIG:MODEL=N,...: N timed steps for that configuration "
+                 "and model instead (e.g. ddp2:mlp=20: 2 ranks sharing a GPU are slow)")
+      ->delimiter(',')
+      ->check(CLI::Validator(
+          [](std::string& v) -> std::string {
+            const auto colon = v.find(':'), eq = v.find('=');
+            const bool shaped = colon != std::string::npos && eq != std::string::npos &&
+                                colon < eq && eq + 1 < v.size() && v.size() - eq <= 9 &&
+                                v.find_first_not_of("0123456789", eq + 1) == std::string::npos;
+            const std::string config = v.substr(0, colon);
+            const std::string model = shaped ? v.substr(colon + 1, eq - colon - 1) : "";
+            bool known = false;
+            for (auto m : kAllModes) known = known || config == key_of(m);
+            if (shaped && known && (model == "cnn" || model == "mlp") &&
+                std::stoi(v.substr(eq + 1)) > 0) {
+              return "";
+            }
+            return "expects CONFIG:MODEL=N (a configuration of --configs, cnn or mlp, N >= 1), "
+                   "got '" + v + "'";
+          },
+          "CONFIG:MODEL=N"));
   app.add_option("--warmup", a.warmup, "untimed steps (default 2)")->check(positive);
   app.add_option("--batch", a.batch, "samples per rank and step (default 64)")
       ->check(positive);
@@ -381,13 +441,13 @@ void add_flags(CLI::App& app, Args& a) {
   app.add_option("--timeline", a.timeline,
                  "ddp2-timeline writes its ranks' timelines to PREFIX.<model>.rank<R>.json");
   app.add_option("--configs", a.configs,
-                 "a subset of plain,plain-retain,pair,pair-retain,ddp1,ddp2,ddp2-view,"
+                 "a subset of plain,plain-retain,pair,pair-retain,ddp1,ddp1r,ddp2,ddp2-view,"
                  "ddp2-timeline,manual,"
                  "manual-retain,python,python-retain (default all)")
       ->delimiter(',')
-      ->check(CLI::IsMember({"plain", "plain-retain", "pair", "pair-retain", "ddp1", "ddp2",
-                             "ddp2-view", "ddp2-timeline", "manual", "manual-retain", "python",
-                             "python-retain"}));
+      ->check(CLI::IsMember({"plain", "plain-retain", "pair", "pair-retain", "ddp1", "ddp1r",
+                             "ddp2", "ddp2-view", "ddp2-timeline", "manual", "manual-retain",
+                             "python", "python-retain"}));
 }
 
 void report(const Args& a, const std::string& model, const std::vector<Mode>& modes,
@@ -409,26 +469,37 @@ void report(const Args& a, const std::string& model, const std::vector<Mode>& mo
               a.batch, a.threads, a.backend.c_str(), a.device.c_str(), a.rounds,
               retain ? "retain" : "system");
   std::printf("| configuration | samples/s | CPU s / 1000 samples | page faults / step | "
-              "comm ms/iter | exposed ms/iter |\n");
-  std::printf("|---|---:|---:|---:|---:|---:|\n");
+              "comm ms/iter | exposed ms/iter | timed steps/round |\n");
+  std::printf("|---|---:|---:|---:|---:|---:|---:|\n");
   for (auto m : modes) {
     const auto& s = med[m];
-    std::printf("| %s | %.1f | %.3f | %.0f | %s | %s |\n", name_of(m, a.world).c_str(),
+    std::printf("| %s | %.1f | %.3f | %.0f | %s | %s | %d |\n", name_of(m, a.world).c_str(),
                 s.samples_per_s,
                 s.cpu_per_1000, s.faults_per_step,
                 std::isnan(s.comm_ms) ? "" : std::to_string(s.comm_ms).substr(0, 7).c_str(),
-                std::isnan(s.exposed_ms) ? "" : std::to_string(s.exposed_ms).substr(0, 7).c_str());
+                std::isnan(s.exposed_ms) ? "" : std::to_string(s.exposed_ms).substr(0, 7).c_str(),
+                steps_of(a, m, model));
   }
   auto ratio = [&](Mode a_, Mode b_, bool cpu) {
     if (!med.count(a_) || !med.count(b_)) return static_cast<double>(NAN);
     return cpu ? med[a_].cpu_per_1000 / med[b_].cpu_per_1000
                : med[a_].samples_per_s / med[b_].samples_per_s;
   };
-  // Each ratio prints only when both of its configurations ran (see --configs).
+  // Each ratio prints only when both of its configurations ran (see --configs), the ratio of
+  // the medians first, then each round's throughput ratio (configurations of a round run
+  // close together, so their ratio is steadier than either's throughput).
   auto line = [&](const char* what, Mode a_, Mode b_) {
     if (!med.count(a_) || !med.count(b_)) return;
-    std::printf("- %s: %.3f throughput, %.3f CPU per sample\n", for_world(what, a.world).c_str(),
-                ratio(a_, b_, false), ratio(a_, b_, true));
+    std::string rounds;
+    for (std::size_t r = 0; r < all[a_].size() && r < all[b_].size(); ++r) {
+      char buf[32];
+      std::snprintf(buf, sizeof buf, "%s%.3f", r ? ", " : "",
+                    all[a_][r].samples_per_s / all[b_][r].samples_per_s);
+      rounds += buf;
+    }
+    std::printf("- %s: %.3f throughput, %.3f CPU per sample (rounds: %s)\n",
+                for_world(what, a.world).c_str(), ratio(a_, b_, false), ratio(a_, b_, true),
+                rounds.c_str());
   };
   std::printf("\n");
   line("dpx DDP 2 ranks / 2 independent processes", Mode::kDdp2, Mode::kPlainPair);
@@ -436,6 +507,7 @@ void report(const Args& a, const std::string& model, const std::vector<Mode>& mo
        Mode::kPlainPairRetain);
   line("dpx DDP 1 rank / plain", Mode::kDdp1, Mode::kPlain);
   line("dpx DDP 1 rank / plain, retained memory", Mode::kDdp1, Mode::kPlainRetain);
+  line("dpx DDP 1 rank, reduction on / plain", Mode::kDdp1Reduce, Mode::kPlain);
   line("dpx DDP 2 ranks / hand-written loop", Mode::kDdp2, Mode::kManual2);
   line("dpx DDP 2 ranks / hand-written loop, retained memory", Mode::kDdp2, Mode::kManual2Retain);
   line("dpx DDP 2 ranks, gradient_as_bucket_view / hand-written loop, retained memory",
@@ -453,10 +525,10 @@ void report(const Args& a, const std::string& model, const std::vector<Mode>& mo
 int run_ddp_bench(const Args& a, const std::vector<std::string>& argv) {
   char dir_template[] = "/tmp/dpx-bench-ddp-XXXXXX";
   const std::string dir = ::mkdtemp(dir_template);
-  std::vector<Mode> modes = {Mode::kPlain, Mode::kPlainRetain, Mode::kPlainPair,
-                             Mode::kPlainPairRetain, Mode::kDdp1, Mode::kDdp2, Mode::kDdp2View,
-                             Mode::kDdp2Timeline, Mode::kManual2,
-                             Mode::kManual2Retain};
+  std::vector<Mode> modes;
+  for (auto m : kAllModes) {
+    if (!is_python(m)) modes.push_back(m);
+  }
   if (a.python) {
     if (std::system(DPX_PYTHON " -c 'import torch.distributed' >/dev/null 2>&1") == 0) {
       modes.push_back(Mode::kPython2);
@@ -476,9 +548,15 @@ int run_ddp_bench(const Args& a, const std::vector<std::string>& argv) {
   }
   std::map<std::string, std::map<Mode, std::vector<Sample>>> results;
   for (int round = 0; round < a.rounds; ++round) {
+    // Each round starts one configuration later, so that none always runs first (on a cold
+    // machine) or always after the same one.
+    auto order = modes;
+    if (!order.empty()) {
+      std::rotate(order.begin(), order.begin() + round % order.size(), order.end());
+    }
     for (const auto& model : a.models) {
       TORCH_CHECK(model == "cnn" || model == "mlp", "unknown model ", model, "; use cnn,mlp");
-      for (auto m : modes) {
+      for (auto m : order) {
         auto s = run(a, m, model, dir);
         results[model][m].push_back(s);
         std::fprintf(stderr, "round %d %s %-40s %9.1f samples/s %7.3f cpu-s/1000 %8.0f faults/step\n",

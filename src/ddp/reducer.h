@@ -80,7 +80,7 @@ class Reducer {
   // A synchronised forward starts (Note [Step times]); returns the host's time of it.
   std::chrono::steady_clock::time_point mark_forward_start() {
     std::lock_guard<std::mutex> lock(mutex_);
-    return times_.mark(Moment::kForwardStart);
+    return times_.start_step(iterations_ + 1);
   }
 
  private:
@@ -173,7 +173,7 @@ class Reducer {
   // Read as the device passes them (Note [Step times]), so stats() (const) may read more.
   mutable StepTimes times_;
   mutable StepDurations totals_;  // sums over the steps read so far
-  mutable std::int64_t steps_timed_ = 0;  // how many: what the averages divide by
+  mutable std::int64_t steps_timed_ = 0;  // how many (the sampled steps): the averages' divisor
   mutable DdpStats last_;  // the last iteration's times and unused parameters
   // Note [Step report]
   // With DPX_STEP_REPORT_DIR set (dpxrun sets it), the statistics are written to <dir>/rank<R>.json

@@ -64,8 +64,8 @@ void Reducer::trace_step(Clock::time_point wait_start, Clock::time_point end) {
   timeline::record("wait for buckets", "wait", wait_start, end);
 }
 
-// The steps whose times can be read now (all of them, waiting, with `wait`) join the sums, and
-// the newest becomes the last step's times (Note [Step times]).
+// The sampled steps whose times can be read now (all of them, waiting, with `wait`) join the
+// sums, and the newest becomes the last step's times (Note [Step times]).
 void Reducer::add_step_times(bool wait) const {
   for (const auto& d : times_.take(wait)) {
     ++steps_timed_;
@@ -99,6 +99,7 @@ DdpStats Reducer::stats_locked() const {
   }
   s.iterations = iterations_;
   s.buckets_rebuilt = rebuilt_;
+  s.timed_iterations = steps_timed_;
   if (steps_timed_ > 0) {
     const double n = static_cast<double>(steps_timed_);
     s.avg_forward_ms = totals_.forward_ms / n;

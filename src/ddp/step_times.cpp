@@ -4,16 +4,26 @@
 
 namespace dpx::detail {
 
+StepTimes::Clock::time_point StepTimes::start_step(std::int64_t step) {
+  give_back_marks(step_);  // a forward whose backward never ran leaves its marks unread
+  sampled_ = sampled(step);
+  return mark(Moment::kForwardStart);
+}
+
 StepTimes::Clock::time_point StepTimes::mark(Moment m) {
   const auto now = Clock::now();
   step_.host[index(m)] = now;
-  step_.device[index(m)] = make_mark_();
+  if (sampled_) {
+    auto& d = step_.device[index(m)];
+    if (d) free_marks_.push_back(std::move(d));  // marked again: the later moment counts
+    d = take_mark();
+  }
   return now;
 }
 
 void StepTimes::end_step() {
-  ended_.push_back(step_);
-  for (auto& d : step_.device) d.reset();
+  if (sampled_) ended_.push_back(Step{step_.host, std::move(step_.device)});
+  sampled_ = false;  // until the next start_step
 }
 
 std::vector<StepDurations> StepTimes::take(bool wait) {
@@ -22,9 +32,25 @@ std::vector<StepDurations> StepTimes::take(bool wait) {
     auto& end = ended_.front().device[index(Moment::kEnd)];
     if (!wait && end && !end->reached()) break;
     out.push_back(durations(ended_.front()));
+    give_back_marks(ended_.front());
     ended_.pop_front();
   }
   return out;
+}
+
+// A mark recorded now: a reached one from the pool, else a new one (null on the CPU).
+std::unique_ptr<StreamMark> StepTimes::take_mark() {
+  if (free_marks_.empty()) return make_mark_();
+  auto m = std::move(free_marks_.back());
+  free_marks_.pop_back();
+  m->record();
+  return m;
+}
+
+void StepTimes::give_back_marks(Step& s) {
+  for (auto& d : s.device) {
+    if (d) free_marks_.push_back(std::move(d));
+  }
 }
 
 // Device time between two marks where both were made on the device, else host time.

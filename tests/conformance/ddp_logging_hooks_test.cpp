@@ -7,8 +7,9 @@ namespace dpx::conformance {
 namespace {
 
 // test_ddp_logging_data_cpu: 20 iterations of Net; the set-up and the rebuilt buckets as PyTorch
-// logs them. PyTorch samples its runtime statistics (every iteration up to 10, then every 2nd,
-// so "iteration" reads 18); dpx times every iteration, so it reads 20.
+// logs them. The test sets PyTorch's sample rate to 2 (every iteration up to 10, then every 2nd,
+// so its "iteration", the last sampled, reads 18); dpx samples at PyTorch's default rate (100:
+// only the first ten are timed) and its iteration count counts every one, so it reads 20.
 TEST_P(DistributedTest, test_ddp_logging_data_cpu) {
   run(2, [](Rank& r) {
     torch::manual_seed(0);
@@ -42,6 +43,7 @@ TEST_P(DistributedTest, test_ddp_logging_data_cpu) {
     EXPECT_FALSE(s.find_unused_parameters);
     EXPECT_FALSE(s.gradient_as_bucket_view);
     EXPECT_EQ(s.iterations, 20);
+    EXPECT_EQ(s.timed_iterations, 10);
     EXPECT_EQ(s.total_parameter_size_bytes, param_size);
     EXPECT_EQ(s.num_parameter_tensors, num_params);
     EXPECT_EQ(s.bucket_sizes_bytes, std::vector<std::int64_t>{param_size});

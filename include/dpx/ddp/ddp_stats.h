@@ -13,9 +13,11 @@ struct DdpStats {
   std::vector<std::size_t> bucket_num_parameters;
   std::int64_t iterations = 0;        // backward passes whose gradients were synchronised
   bool buckets_rebuilt = false;       // the one rebuild in observed gradient order happened
-  // Averages over the synchronised iterations that ran a backward here (a rank that has joined
-  // early shadows the others' without timing them), in milliseconds. On CUDA, device times
+  // Averages over the sampled synchronised iterations that ran a backward here, as PyTorch's
+  // avg_* runtime stats: the first ten, then every hundredth (a rank that has joined early
+  // shadows the others' without timing them), in milliseconds. On CUDA, device times
   // (docs/ddp.md, "Statistics").
+  std::int64_t timed_iterations = 0;  // how many iterations the averages run over
   double avg_forward_ms = 0;          // the wrapped forward, buffer broadcast included
   double avg_backward_compute_ms = 0; // end of forward to the last gradient being ready
   double avg_backward_comm_ms = 0;    // first bucket launched to every bucket reduced
@@ -23,7 +25,7 @@ struct DdpStats {
   // Communication hidden behind backward compute: first bucket launched to the last gradient
   // ready (Python's backward_compute_comm_overlap_time).
   double avg_overlap_ms = 0;
-  // The same five times for the last synchronised iteration alone.
+  // The same five times for the last sampled iteration alone.
   double forward_ms = 0, backward_compute_ms = 0, backward_comm_ms = 0, overlap_ms = 0,
          exposed_comm_ms = 0;
   // Parameters that got no gradient in the last iteration (found with find_unused_parameters

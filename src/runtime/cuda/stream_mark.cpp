@@ -23,6 +23,10 @@ class CudaMark : public StreamMark {
     c10::cuda::CUDAGuard guard(device_);
     event_.record(stream);
   }
+  void record() override {
+    c10::cuda::CUDAGuard guard(device_);
+    event_.record(at::cuda::getCurrentCUDAStream(device_.index()));
+  }
   bool reached() override {
     c10::cuda::CUDAGuard guard(device_);
     return event_.query();

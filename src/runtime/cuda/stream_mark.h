@@ -14,6 +14,9 @@ namespace dpx::detail {
 class StreamMark {
  public:
   virtual ~StreamMark() = default;
+  // Moves the mark to now on the current stream of its device, as mark_current_stream would
+  // make it: a reached mark is reused rather than a new one made (Note [Step times]).
+  virtual void record() = 0;
   // Whether the device has reached the mark; never blocks.
   virtual bool reached() = 0;
   // Blocks the calling thread until the device has reached the mark (without a bound: for marks
