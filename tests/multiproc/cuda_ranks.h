@@ -34,6 +34,16 @@ inline std::string backend_param_name(const ::testing::TestParamInfo<std::string
   return info.param == "shm-staged" ? "staged" : info.param;
 }
 
+// The suites whose tests run once per gpu_sharing_backends() entry: skipped without a GPU, and
+// on nccl without dpx's CUDA support.
+class GpuRanksTest : public ::testing::TestWithParam<std::string> {
+ protected:
+  void SetUp() override {
+    if (gpus_seen_by_a_child() == 0) GTEST_SKIP() << "no CUDA device";
+    if (GetParam() == "nccl" && !cuda::built()) GTEST_SKIP() << "dpx built without CUDA";
+  }
+};
+
 // `world` ranks on cuda:0 over `backend` (gpu_sharing_backends), each in a process of its own;
 // with nccl, on a GPU each where there are enough. Returns the ranks' results, checked unless
 // `check_all_ok` is false (a test that kills a rank judges them itself).

@@ -73,13 +73,7 @@ TEST(DdpCuda, OneRankOverNcclReducesInStreamOrderFromASideStream) {
 // Ranks sharing cuda:0, over shm staged through host memory or over nccl (each rank a host of
 // its own to NCCL: Note [NCCL ranks sharing a GPU]; with nccl, a GPU each where there are
 // enough); every test below runs on both.
-class DdpGpuRanks : public ::testing::TestWithParam<std::string> {
- protected:
-  void SetUp() override {
-    if (test::gpus_seen_by_a_child() == 0) GTEST_SKIP() << "no CUDA device";
-    if (GetParam() == "nccl" && !cuda::built()) GTEST_SKIP() << "dpx built without CUDA";
-  }
-};
+class DdpGpuRanks : public test::GpuRanksTest {};
 
 // Called from a non-default stream whose inputs arrive late: the collectives (on staged, the
 // copies to the host) wait for that stream, the results come back on it.

@@ -21,13 +21,7 @@ using std::chrono::milliseconds;
 using std::chrono::seconds;
 using NamedTensors = std::vector<std::pair<std::string, torch::Tensor>>;
 
-class FsdpCuda : public ::testing::TestWithParam<std::string> {
- protected:
-  void SetUp() override {
-    if (test::gpus_seen_by_a_child() == 0) GTEST_SKIP() << "no CUDA device";
-    if (GetParam() == "nccl" && !cuda::built()) GTEST_SKIP() << "dpx built without CUDA";
-  }
-};
+class FsdpCuda : public test::GpuRanksTest {};
 
 constexpr int kWorld = 2;
 constexpr int kSteps = 4;
@@ -82,12 +76,22 @@ void expect_state_close(const NamedTensors& got, const NamedTensors& want, doubl
 
 // float32, with both prefetches on (the default) and off: against one process on the GPU
 // (unsharded, the whole batch) and against the same sharding over shm on the CPU.
-TEST_P(FsdpCuda, Float32MatchesOneProcessAndTheCpu) {
+// kWorld ranks on the GPU over `backend`, each also in a CPU group (shm) of the same ranks, with
+// the data made in each rank (torch::manual_seed in the test process would start CUDA there).
+template <typename Body>
+void on_gpu_and_cpu_ranks(const std::string& backend, Body body) {
   test::StoreServer cpu_server;
-  test::on_gpu_ranks(GetParam(), kWorld, [&](int rank, std::shared_ptr<ProcessGroup> pg,
-                                             at::Device device) {
-    const auto data = fsdp_data();  // here: torch::manual_seed would start CUDA in the parent
-    auto cpu_pg = new_process_group("shm", cpu_server.client(), rank, kWorld);
+  test::on_gpu_ranks(backend, kWorld, [&](int rank, std::shared_ptr<ProcessGroup> pg,
+                                          at::Device device) {
+    body(rank, pg, new_process_group("shm", cpu_server.client(), rank, kWorld), device,
+         fsdp_data());
+  });
+}
+
+TEST_P(FsdpCuda, Float32MatchesOneProcessAndTheCpu) {
+  on_gpu_and_cpu_ranks(GetParam(), [](int rank, std::shared_ptr<ProcessGroup> pg,
+                                      std::shared_ptr<ProcessGroup> cpu_pg, at::Device device,
+                                      const FsdpData& data) {
     const auto one_process = train_fsdp(data, device, 0, kWorld, nullptr, {});
     for (bool prefetch : {true, false}) {
       FullyShardOptions o;
@@ -105,11 +109,9 @@ TEST_P(FsdpCuda, Float32MatchesOneProcessAndTheCpu) {
 // parameters) against the same policy on the CPU: bfloat16 matrix products round differently
 // on the two, so close to bfloat16's precision, not equal.
 TEST_P(FsdpCuda, Bfloat16ComputeMatchesTheCpu) {
-  test::StoreServer cpu_server;
-  test::on_gpu_ranks(GetParam(), kWorld, [&](int rank, std::shared_ptr<ProcessGroup> pg,
-                                             at::Device device) {
-    const auto data = fsdp_data();  // here: torch::manual_seed would start CUDA in the parent
-    auto cpu_pg = new_process_group("shm", cpu_server.client(), rank, kWorld);
+  on_gpu_and_cpu_ranks(GetParam(), [](int rank, std::shared_ptr<ProcessGroup> pg,
+                                      std::shared_ptr<ProcessGroup> cpu_pg, at::Device device,
+                                      const FsdpData& data) {
     FullyShardOptions o;
     o.mp_policy.param_dtype = torch::kBFloat16;
     const auto gpu = train_fsdp(data, device, rank, kWorld, pg, o);

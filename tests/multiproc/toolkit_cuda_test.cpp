@@ -16,13 +16,7 @@ namespace {
 using test::on_cpu;
 
 // Each test runs on two ranks sharing cuda:0 over both backends that can (gpu_sharing_backends).
-class ToolkitCuda : public ::testing::TestWithParam<std::string> {
- protected:
-  void SetUp() override {
-    if (test::gpus_seen_by_a_child() == 0) GTEST_SKIP() << "no CUDA device";
-    if (GetParam() == "nccl" && !cuda::built()) GTEST_SKIP() << "dpx built without CUDA";
-  }
-};
+class ToolkitCuda : public test::GpuRanksTest {};
 
 // Two steps of SyncBatchNorm on uneven batches (4 and 3 samples) against BatchNorm2d on the
 // whole batch on the CPU: outputs, input gradients, the summed weight and bias gradients and
