@@ -11,4 +11,4 @@ set_tests_properties(scripts.gpu_check_without_gpu PROPERTIES LABELS "scripts" T
 # summary is written. So the script's own mistakes show in CI, before a GPU is at hand.
 add_test(NAME scripts.gpu_check_dry_run
   COMMAND bash ${PROJECT_SOURCE_DIR}/scripts/gpu_check.sh dry-run ${CMAKE_BINARY_DIR})
-set_tests_properties(scripts.gpu_check_dry_run PROPERTIES LABELS "scripts" TIMEOUT 120)
+set_tests_properties(scripts.gpu_check_dry_run PROPERTIES LABELS "scripts" TIMEOUT 300)
