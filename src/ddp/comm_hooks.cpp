@@ -32,7 +32,7 @@ std::shared_ptr<ProcessGroup> group_of(const std::any& state, const GradBucket& 
 
 std::shared_ptr<Future> allreduce_hook(std::any& state, GradBucket& bucket) {
   auto pg = group_of(state, bucket);
-  bucket.buffer.div_(pg->size());
+  if (pg->size() > 1) bucket.buffer.div_(pg->size());  // by 1: a pass over the bucket for nothing
   auto work = pg->allreduce(bucket.buffer);
   return Future::from_work(std::move(work), bucket.buffer);
 }
