@@ -1,5 +1,6 @@
 // dpx-bench ddp: training throughput and CPU cost of dpx DDP against plain LibTorch, the
-// hand-written "all-reduce every gradient after backward" loop and PyTorch's Python DDP.
+// hand-written "all-reduce every gradient after backward" loop and PyTorch's Python DDP (and, on
+// request, PyTorch's own cost of DDP at 1 rank: Python DDP against the same loop without it).
 // Configurations alternate within rounds, in an order rotated each round (this machine is
 // noisy); medians, ratios and each round's ratios are reported. Every configuration runs in
 // fresh processes forked (or, for Python, spawned) here.
@@ -39,8 +40,7 @@ struct Args {
   std::string device = "cpu";  // or cuda: process r on GPU r (modulo the GPUs present)
   bool python = true;
   std::vector<std::string> models = {"cnn", "mlp"};
-  // empty: all (plain, plain-retain, pair, pair-retain, ddp1, ddp1r, ddp2, ddp2-view, manual,
-  // manual-retain, python, python-retain)
+  // empty: all but the opt-in ones (is_opt_in)
   std::vector<std::string> configs;
   std::string timeline;  // --timeline PREFIX: ddp2-timeline writes PREFIX.<model>.rank<R>.json
 };
@@ -49,20 +49,27 @@ struct Args {
 // LibTorch ones through dpx's block cache (Note [CPU block cache] in
 // src/runtime/memory/cpu_block_cache.h), Python through glibc's tunables. The other LibTorch ones,
 // DDP or not, run DPX_MALLOC's policy (retain when unset, so they differ from "-retain" only
-// under DPX_MALLOC=system); the other Python one runs glibc's defaults.
+// under DPX_MALLOC=system); the other Python ones run glibc's defaults.
 enum class Mode {
   kPlain, kPlainRetain, kPlainPair, kPlainPairRetain, kDdp1, kDdp1Reduce, kDdp2, kDdp2View,
   kDdp2Timeline,
   kManual2,
   kManual2Retain,
-  kPython2, kPython2Retain
+  kPython2, kPython2Retain,
+  kPythonPlain, kPython1
 };
 
 // Every configuration, in the first round's order.
 const std::vector<Mode> kAllModes = {
     Mode::kPlain, Mode::kPlainRetain, Mode::kPlainPair, Mode::kPlainPairRetain, Mode::kDdp1,
     Mode::kDdp1Reduce, Mode::kDdp2, Mode::kDdp2View, Mode::kDdp2Timeline, Mode::kManual2,
-    Mode::kManual2Retain, Mode::kPython2, Mode::kPython2Retain};
+    Mode::kManual2Retain, Mode::kPython2, Mode::kPython2Retain, Mode::kPythonPlain,
+    Mode::kPython1};
+
+// Python DDP at 1 rank against Python without DDP prices PyTorch's own DDP where dpx's ddp1r
+// runs, so that dpx's ratio can be read against it; two more Python starts per model and round
+// are not worth it for every run, so --configs names them.
+bool is_opt_in(Mode m) { return m == Mode::kPythonPlain || m == Mode::kPython1; }
 
 const char* base_name_of(Mode m) {
   switch (m) {
@@ -79,6 +86,8 @@ const char* base_name_of(Mode m) {
     case Mode::kManual2Retain: return "hand-written all-reduce loop, 2 ranks, retained memory";
     case Mode::kPython2: return "Python DDP (gloo), 2 ranks";
     case Mode::kPython2Retain: return "Python DDP (gloo), 2 ranks, glibc keeping freed memory";
+    case Mode::kPythonPlain: return "plain PyTorch (Python), 1 process";
+    case Mode::kPython1: return "Python DDP, 1 rank";
   }
   return "?";
 }
@@ -98,11 +107,14 @@ std::string name_of(Mode m, int world) { return for_world(base_name_of(m), world
 
 int world_of(Mode m, int world) {
   const bool one = m == Mode::kPlain || m == Mode::kPlainRetain || m == Mode::kDdp1 ||
-                   m == Mode::kDdp1Reduce;
+                   m == Mode::kDdp1Reduce || m == Mode::kPythonPlain || m == Mode::kPython1;
   return one ? 1 : world;
 }
 bool is_pair(Mode m) { return m == Mode::kPlainPair || m == Mode::kPlainPairRetain; }
-bool is_python(Mode m) { return m == Mode::kPython2 || m == Mode::kPython2Retain; }
+bool is_python(Mode m) {
+  return m == Mode::kPython2 || m == Mode::kPython2Retain || m == Mode::kPythonPlain ||
+         m == Mode::kPython1;
+}
 bool is_manual(Mode m) { return m == Mode::kManual2 || m == Mode::kManual2Retain; }
 bool applies_retain(Mode m) {
   return m == Mode::kPlainRetain || m == Mode::kPlainPairRetain || m == Mode::kManual2Retain;
@@ -134,6 +146,8 @@ const char* key_of(Mode m) {
     case Mode::kManual2Retain: return "manual-retain";
     case Mode::kPython2: return "python";
     case Mode::kPython2Retain: return "python-retain";
+    case Mode::kPythonPlain: return "pyplain";
+    case Mode::kPython1: return "python1";
   }
   return "?";
 }
@@ -317,13 +331,14 @@ Sample run(const Args& a, Mode mode, const std::string& model, const std::string
       }
       const std::string script = std::string(DPX_BENCH_SOURCE_DIR) + "/python/ddp_baseline.py";
       std::vector<std::string> argv = {DPX_PYTHON, script, "--model", model, "--world",
-                                       std::to_string(a.world), "--steps",
+                                       std::to_string(procs), "--steps",
                                        std::to_string(steps_of(a, mode, model)),
                                        "--warmup", std::to_string(a.warmup), "--batch",
                                        std::to_string(a.batch), "--threads",
                                        std::to_string(a.threads), "--mlp-width",
                                        std::to_string(a.mlp_width), "--device", a.device,
                                        "--out", prefix};
+      if (mode == Mode::kPythonPlain) argv.push_back("--plain");
       std::vector<char*> cargv;
       for (auto& s : argv) cargv.push_back(s.data());
       cargv.push_back(nullptr);
@@ -432,9 +447,11 @@ void add_flags(CLI::App& app, Args& a) {
   app.add_option("--mlp-width", a.mlp_width, "hidden width of the MLP (default 4096)")
       ->check(positive);
   app.add_option("--world", a.world, "ranks of the DDP, hand-written and Python DDP "
-                 "configurations, and how many independent processes (default 2)")
+                 "configurations but the 1-rank ones (ddp1, ddp1r, python1), and how many "
+                 "independent processes (default 2)")
       ->check(at_least(2));
-  app.add_flag("!--no-python", a.python, "skip the Python DDP baseline");
+  app.add_flag("!--no-python", a.python, "skip the Python configurations (python, python-retain, "
+               "pyplain, python1), even those --configs names");
   app.add_option("--models", a.models, "cnn,mlp (default both)")
       ->delimiter(',')
       ->check(CLI::IsMember({"cnn", "mlp"}));
@@ -442,12 +459,14 @@ void add_flags(CLI::App& app, Args& a) {
                  "ddp2-timeline writes its ranks' timelines to PREFIX.<model>.rank<R>.json");
   app.add_option("--configs", a.configs,
                  "a subset of plain,plain-retain,pair,pair-retain,ddp1,ddp1r,ddp2,ddp2-view,"
-                 "ddp2-timeline,manual,"
-                 "manual-retain,python,python-retain (default all)")
+                 "ddp2-timeline,manual,manual-retain,python,python-retain,pyplain,python1 "
+                 "(default all but pyplain and python1: the same loop in Python without DDP, and "
+                 "Python DDP on 1 rank, gloo on CPU and nccl on CUDA; their ratio is PyTorch's "
+                 "own cost of DDP, beside ddp1r/plain)")
       ->delimiter(',')
       ->check(CLI::IsMember({"plain", "plain-retain", "pair", "pair-retain", "ddp1", "ddp1r",
                              "ddp2", "ddp2-view", "ddp2-timeline", "manual", "manual-retain",
-                             "python", "python-retain"}));
+                             "python", "python-retain", "pyplain", "python1"}));
 }
 
 void report(const Args& a, const std::string& model, const std::vector<Mode>& modes,
@@ -508,6 +527,7 @@ void report(const Args& a, const std::string& model, const std::vector<Mode>& mo
   line("dpx DDP 1 rank / plain", Mode::kDdp1, Mode::kPlain);
   line("dpx DDP 1 rank / plain, retained memory", Mode::kDdp1, Mode::kPlainRetain);
   line("dpx DDP 1 rank, reduction on / plain", Mode::kDdp1Reduce, Mode::kPlain);
+  line("Python DDP 1 rank / Python plain", Mode::kPython1, Mode::kPythonPlain);
   line("dpx DDP 2 ranks / hand-written loop", Mode::kDdp2, Mode::kManual2);
   line("dpx DDP 2 ranks / hand-written loop, retained memory", Mode::kDdp2, Mode::kManual2Retain);
   line("dpx DDP 2 ranks, gradient_as_bucket_view / hand-written loop, retained memory",
@@ -531,21 +551,20 @@ int run_ddp_bench(const Args& a, const std::vector<std::string>& argv) {
   }
   if (a.python) {
     if (std::system(DPX_PYTHON " -c 'import torch.distributed' >/dev/null 2>&1") == 0) {
-      modes.push_back(Mode::kPython2);
-      modes.push_back(Mode::kPython2Retain);
+      for (auto m : kAllModes) {
+        if (is_python(m)) modes.push_back(m);
+      }
     } else {
       std::printf("SKIPPED Python DDP: " DPX_PYTHON " cannot import torch\n");
     }
   }
-  if (!a.configs.empty()) {
-    std::vector<Mode> chosen;
-    for (auto m : modes) {
-      if (std::find(a.configs.begin(), a.configs.end(), key_of(m)) != a.configs.end()) {
-        chosen.push_back(m);
-      }
-    }
-    modes = chosen;
+  std::vector<Mode> chosen;
+  for (auto m : modes) {
+    const bool named =
+        std::find(a.configs.begin(), a.configs.end(), key_of(m)) != a.configs.end();
+    if (a.configs.empty() ? !is_opt_in(m) : named) chosen.push_back(m);
   }
+  modes = chosen;
   std::map<std::string, std::map<Mode, std::vector<Sample>>> results;
   for (int round = 0; round < a.rounds; ++round) {
     // Each round starts one configuration later, so that none always runs first (on a cold

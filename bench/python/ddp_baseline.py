@@ -1,8 +1,10 @@
 #!/usr/bin/python3
-"""PyTorch's Python DDP (gloo) on the models of `dpx-bench ddp`, for its comparison table.
+"""PyTorch's Python DDP on the models of `dpx-bench ddp`, for its comparison table; with
+--plain, the same loop without DDP (1 process), so that Python DDP at --world 1 against it is
+PyTorch's own cost of DDP.
 
 Usage: ddp_baseline.py --model cnn|mlp --world W --steps S --warmup N --batch B
-                       --threads T --mlp-width N --out PREFIX
+                       --threads T --mlp-width N --device cpu|cuda --out PREFIX [--plain]
 Each rank writes PREFIX.rankR: "<seconds of the timed steps> <user+sys CPU seconds>
 <minor page faults>".
 """
@@ -69,11 +71,13 @@ def worker(rank, args, port):
         device = torch.device("cuda", rank % gpus)
         torch.cuda.set_device(device)
         backend = "nccl" if args.world <= gpus else "gloo"
-    dist.init_process_group(backend, rank=rank, world_size=args.world)
+    if not args.plain:
+        dist.init_process_group(backend, rank=rank, world_size=args.world)
     torch.manual_seed(0)
     model = (FashionCnn() if args.model == "cnn" else WideMlp(args.mlp_width)).to(device)
     ids = [device.index] if device.type == "cuda" else None
-    ddp = nn.parallel.DistributedDataParallel(model, device_ids=ids)
+    # At world size 1 too: PyTorch's DDP buckets the gradients and all-reduces each bucket then.
+    ddp = model if args.plain else nn.parallel.DistributedDataParallel(model, device_ids=ids)
     opt = torch.optim.SGD(ddp.parameters(), lr=0.01)
     x = torch.randn(args.batch, 1, 28, 28).to(device)
     y = torch.randint(10, (args.batch,)).to(device)
@@ -90,7 +94,8 @@ def worker(rank, args, port):
     for _ in range(args.warmup):
         step()
     finish_queued()
-    dist.barrier()
+    if not args.plain:
+        dist.barrier()
     t0, c0, f0 = time.perf_counter(), cpu_seconds(), minor_faults()
     for _ in range(args.steps):
         step()
@@ -98,8 +103,9 @@ def worker(rank, args, port):
     t1, c1, f1 = time.perf_counter(), cpu_seconds(), minor_faults()
     with open("%s.rank%d" % (args.out, rank), "w") as f:
         f.write("%.9f %.9f %d\n" % (t1 - t0, c1 - c0, f1 - f0))
-    dist.barrier()
-    dist.destroy_process_group()
+    if not args.plain:
+        dist.barrier()
+        dist.destroy_process_group()
 
 
 def main():
@@ -113,7 +119,10 @@ def main():
     p.add_argument("--mlp-width", type=int, default=4096)
     p.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
     p.add_argument("--out", required=True)
+    p.add_argument("--plain", action="store_true", help="no DDP and no process group; --world 1")
     args = p.parse_args()
+    if args.plain and args.world != 1:
+        p.error("--plain runs 1 process: --world 1")
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
