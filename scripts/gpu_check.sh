@@ -38,13 +38,13 @@ start=$SECONDS
 steps=(
   "build 190 configure and build dpx, its tests, the example and dpx-bench (DPX_CUDA=ON)"
   "nccl 50 DDP (2, 3 ranks), fully_shard, SyncBatchNorm, ZeRO, PowerSGD, join over nccl"
-  "conformance_nccl 100 the conformance suite's nccl instances"
-  "nccl_faults 50 nccl: a killed rank, a stopped rank: typed errors, no hang"
+  "conformance_nccl 95 the conformance suite's nccl instances"
+  "nccl_faults 40 nccl: a killed rank, a stopped rank: typed errors, no hang"
   "example_nccl 15 the example over nccl, 2 workers sharing the GPU, 1 epoch: at least 85%"
   "unit 10 unit tests that need a GPU"
   "multirank 10 threads-as-ranks tests on the GPU: staged groups, nccl on one rank"
-  "multiproc 45 process tests on the GPU over staged groups, the launcher, the example's CLI"
-  "bench_ddp 70 DDP step, 300 steps: 1 rank (passthrough, reduction on) against plain"
+  "multiproc 40 process tests on the GPU over staged groups, the launcher, the example's CLI"
+  "bench_ddp 90 DDP step, 300 steps: 1 rank, reduction on, against plain; PyTorch's the same"
   "example 5 the example on the GPU, 2 workers, shm-staged, 1 epoch: at least 85%"
   "bench_allreduce 15 all-reduce: nccl on 1 rank, 2 ranks shm-staged on the GPU, 2 CPU ranks"
   "bench_dp 10 DataParallel: 2 replicas sharing cuda:0 against the module alone there"
@@ -280,13 +280,14 @@ step_bench_allreduce() {
   return "$status"
 }
 
-# DDP on the GPU, 300 timed steps per configuration and round: 1 rank as a passthrough and
-# with the reduction on (PyTorch's DDP reduces at world size 1) against plain LibTorch, three
-# rounds (each configuration and round starts a process: ~4.5 s of CUDA start-up each). 2 ranks
-# against Python DDP: `dpx-bench ddp --device cuda --configs ddp2,python`, when time allows.
+# DDP on the GPU, 300 timed steps per configuration and round: 1 rank with the reduction on
+# (PyTorch's DDP reduces at world size 1) against plain LibTorch, and PyTorch's DDP at world size
+# 1 against the same loop in Python, in the same run (each configuration and round starts a
+# process: ~4.5 s of CUDA start-up each). The passthrough and 2 ranks against Python DDP:
+# `dpx-bench ddp --device cuda --configs ddp1,ddp2,python`, when time allows.
 step_bench_ddp() {
   limited "$1" "$bin/bench/dpx-bench" ddp --device cuda --backend auto \
-    --configs plain,ddp1,ddp1r --rounds 3 \
+    --configs plain,ddp1r,pyplain,python1 --rounds 2 \
     >"$work/ddp.txt" 2>&1 || return $?
   ((dry)) && return 0
   detail="$(grep -E '^- ' "$work/ddp.txt" | tr '\n' ' ')"
