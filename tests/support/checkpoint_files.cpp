@@ -57,7 +57,9 @@ torch::nn::Sequential dcp_optim_model() {
   return m;
 }
 
-torch::Tensor dcp_optim_batch() { return torch::arange(24, torch::kFloat).reshape({4, 6}) * 0.1 - 1; }
+torch::Tensor dcp_optim_batch() {
+  return torch::arange(24, torch::kFloat).reshape({4, 6}) * 0.1 - 1;
+}
 
 void write_zip_with_pickle(const std::string& path, const std::string& pickle) {
   std::ofstream out(path, std::ios::binary);

@@ -120,7 +120,8 @@ TEST_F(DcpTest, RefusesAnotherOptimizersState) {
   torch::optim::SGD sgd(m->parameters(), torch::optim::SGDOptions(0.1));
   EXPECT_CHECKPOINT_ERROR(dpx::dcp_load_optimizer_state_dict(*m, sgd, path("adam")),
                           "optim.param_groups.0.momentum is missing");
-  torch::nn::Sequential narrower(torch::nn::Linear(6, 5), torch::nn::Tanh(), torch::nn::Linear(5, 2));
+  torch::nn::Sequential narrower(torch::nn::Linear(6, 5), torch::nn::Tanh(),
+                                 torch::nn::Linear(5, 2));
   torch::optim::Adam adam(narrower->parameters());
   EXPECT_CHECKPOINT_ERROR(dpx::dcp_load_optimizer_state_dict(*narrower, adam, path("adam")),
                           "optim.state.0.weight.exp_avg has shape [7, 6] there");

@@ -13,8 +13,8 @@
 // and is read without running it (Note [DCP metadata] in src/checkpoint/dcp/metadata.h lists
 // what is refused). What is written: a fully_shard module's parameters as each rank's shard,
 // replicated tensors (a DDP module's, buffers) once, spread over the ranks. An optimizer's state
-// in FSDP2's layout is read and written (Note [DCP optimizer state]). Not yet: asynchronous saves, the
-// safetensors form (docs/checkpoint.md).
+// in FSDP2's layout is read and written (Note [DCP optimizer state]). Not yet: asynchronous
+// saves, the safetensors form (docs/checkpoint.md).
 #pragma once
 
 #include <torch/nn/module.h>

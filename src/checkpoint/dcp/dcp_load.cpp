@@ -109,6 +109,94 @@ void check_group(const torch::optim::Optimizer& optimizer, const AnyDict& group,
   }
 }
 
+// state.<name>.<key>, keyed by name: a tensor shaped like the parameter (exp_avg) as the rows of
+// its shard; anything else (step, 0-dim) is the same on every rank and read whole.
+AnyDict read_optimizer_state(const torch::nn::Module& module,
+                             const detail::dcp::Metadata& metadata, ChunkFiles& files,
+                             const DcpLoadOptions& options, const std::string& directory,
+                             std::set<std::string>& read) {
+  auto state = any_dict();
+  for (const auto& s : parameter_shards(module)) {
+    const std::string start = options.prefix + "state." + s.name + ".";
+    auto entry = any_dict();
+    for (auto it = metadata.tensors.lower_bound(start);
+         it != metadata.tensors.end() && it->first.rfind(start, 0) == 0; ++it) {
+      const auto& [fqn, tensor] = *it;
+      const std::string key = fqn.substr(start.size());
+      if (key.find('.') != std::string::npos) continue;  // reported as unexpected
+      at::Tensor value;
+      if (tensor.size.empty()) {
+        value = read_whole(tensor, fqn, files, options.limits);
+      } else if (tensor.size == s.full_sizes) {
+        value = read_rows(tensor, fqn, files, options.limits, s.row_offset,
+                          s.param.dim() == 0 ? 1 : s.param.size(0));
+      } else {
+        throw CheckpointError(directory + ": " + fqn + " has shape " +
+                              c10::str(at::IntArrayRef(tensor.size)) + " there, the parameter " +
+                              s.name + " " + c10::str(at::IntArrayRef(s.full_sizes)));
+      }
+      entry.insert(key, value);
+      read.insert(fqn);
+    }
+    if (!entry.empty()) state.insert(s.name, entry);
+  }
+  return state;
+}
+
+// param_groups.<group index>.<hyper-parameter>, by group index: each an object (a torch.save of
+// a float, a tuple, a list of names), the form get_optimizer_state_dict's default options give.
+std::map<int64_t, AnyDict> read_param_groups(const detail::dcp::Metadata& metadata,
+                                             ChunkFiles& files, const DcpLoadOptions& options,
+                                             const std::string& directory,
+                                             std::set<std::string>& read) {
+  std::map<int64_t, AnyDict> groups;
+  const std::string start = options.prefix + "param_groups.";
+  for (const auto& [fqn, info] : metadata.objects) {
+    if (fqn.rfind(start, 0) != 0) continue;
+    const std::string rest = fqn.substr(start.size());
+    const auto dot = rest.find('.');
+    if (dot == std::string::npos || !is_index(rest.substr(0, dot))) {
+      throw CheckpointError(directory + ": " + fqn + " is not " + start +
+                            "<group index>.<hyper-parameter>, the layout of "
+                            "get_optimizer_state_dict's default options (dpx does not read "
+                            "flatten_optimizer_state_dict=True's)");
+    }
+    auto& group = groups.try_emplace(std::stoll(rest.substr(0, dot)), any_dict()).first->second;
+    group.insert(rest.substr(dot + 1), detail::dcp::read_object(info, fqn, files, options.limits));
+    read.insert(fqn);
+  }
+  return groups;
+}
+
+// The checkpoint's group names the parameters of the optimizer's group, in its order: otherwise
+// a parameter's state would go to another parameter.
+void check_group_params(const torch::nn::Module& module,
+                        const torch::optim::OptimizerParamGroup& ours, const AnyDict& group,
+                        const std::string& where) {
+  std::unordered_map<const c10::TensorImpl*, std::string> name_of;
+  for (const auto& s : parameter_shards(module)) {
+    name_of.emplace(s.param.unsafeGetTensorImpl(), s.name);
+  }
+  std::vector<std::string> theirs, mine;
+  const auto params = group.at("params");
+  if (params.isList()) {
+    for (const auto& n : params.toListRef()) {
+      if (!n.isString()) throw CheckpointError(where + ".params holds a non-name");
+      theirs.push_back(n.toStringRef());
+    }
+  }
+  for (const auto& p : ours.params()) {
+    const auto it = name_of.find(p.unsafeGetTensorImpl());
+    TORCH_CHECK(it != name_of.end(), "dcp_load_optimizer_state_dict: the optimizer holds a "
+                "tensor that is no parameter of the module given");
+    mine.push_back(it->second);
+  }
+  if (theirs != mine) {
+    throw CheckpointError(where + ".params names " + c10::Join(", ", theirs) +
+                          "; the optimizer's group holds " + c10::Join(", ", mine));
+  }
+}
+
 }  // namespace
 
 std::vector<std::pair<std::string, at::Tensor>> dcp_read_tensors(const std::string& directory,
@@ -140,56 +228,10 @@ void dcp_load_optimizer_state_dict(const torch::nn::Module& module,
                                    const DcpLoadOptions& options) {
   const auto metadata = detail::dcp::read_metadata(directory, options.limits);
   const std::string& prefix = options.prefix;
-  detail::dcp::ChunkFiles files(directory);
+  ChunkFiles files(directory);
   std::set<std::string> read;  // the keys under `prefix` that found their place
-
-  // state.<name>.<key>: a tensor shaped like the parameter (exp_avg) holds its rows, as the
-  // parameter's shard; anything else (step, 0-dim) is the same on every rank and read whole.
-  auto state = any_dict();
-  for (const auto& s : parameter_shards(module)) {
-    const std::string start = prefix + "state." + s.name + ".";
-    auto entry = any_dict();
-    for (auto it = metadata.tensors.lower_bound(start);
-         it != metadata.tensors.end() && it->first.rfind(start, 0) == 0; ++it) {
-      const auto& [fqn, tensor] = *it;
-      const std::string key = fqn.substr(start.size());
-      if (key.find('.') != std::string::npos) continue;  // reported as unexpected below
-      at::Tensor value;
-      if (tensor.size.empty()) {
-        value = detail::dcp::read_whole(tensor, fqn, files, options.limits);
-      } else if (tensor.size == s.full_sizes) {
-        value = detail::dcp::read_rows(tensor, fqn, files, options.limits, s.row_offset,
-                                       s.param.dim() == 0 ? 1 : s.param.size(0));
-      } else {
-        throw CheckpointError(directory + ": " + fqn + " has shape " +
-                              c10::str(at::IntArrayRef(tensor.size)) + " there, the parameter " +
-                              s.name + " " + c10::str(at::IntArrayRef(s.full_sizes)));
-      }
-      entry.insert(key, value);
-      read.insert(fqn);
-    }
-    if (!entry.empty()) state.insert(s.name, entry);
-  }
-
-  // param_groups.<group index>.<hyper-parameter>: each an object (a torch.save of a float, a
-  // tuple, a list of names), the form get_optimizer_state_dict's default options give.
-  std::map<int64_t, AnyDict> groups;
-  const std::string groups_start = prefix + "param_groups.";
-  for (const auto& [fqn, info] : metadata.objects) {
-    if (fqn.rfind(groups_start, 0) != 0) continue;
-    const std::string rest = fqn.substr(groups_start.size());
-    const auto dot = rest.find('.');
-    if (dot == std::string::npos || !is_index(rest.substr(0, dot))) {
-      throw CheckpointError(directory + ": " + fqn + " is not " + groups_start +
-                            "<group index>.<hyper-parameter>, the layout of "
-                            "get_optimizer_state_dict's default options (dpx does not read "
-                            "flatten_optimizer_state_dict=True's)");
-    }
-    auto& group = groups.try_emplace(std::stoll(rest.substr(0, dot)), any_dict()).first->second;
-    group.insert(rest.substr(dot + 1),
-                 detail::dcp::read_object(info, fqn, files, options.limits));
-    read.insert(fqn);
-  }
+  const auto state = read_optimizer_state(module, metadata, files, options, directory, read);
+  const auto groups = read_param_groups(metadata, files, options, directory, read);
 
   std::vector<std::string> unexpected;
   for (const auto& [fqn, t] : metadata.tensors) {
@@ -204,8 +246,8 @@ void dcp_load_optimizer_state_dict(const torch::nn::Module& module,
     throw CheckpointError(msg);
   }
   if (groups.empty()) {
-    throw CheckpointError(directory + ": no " + groups_start + "* entries (not an optimizer's "
-                          "state under the prefix '" + prefix + "'?)");
+    throw CheckpointError(directory + ": no " + prefix + "param_groups.* entries (not an "
+                          "optimizer's state under the prefix '" + prefix + "'?)");
   }
   if (groups.size() != optimizer.param_groups().size() ||
       groups.rbegin()->first != static_cast<int64_t>(groups.size()) - 1) {
@@ -213,34 +255,11 @@ void dcp_load_optimizer_state_dict(const torch::nn::Module& module,
                           " param groups there, " +
                           std::to_string(optimizer.param_groups().size()) + " in the optimizer");
   }
-
-  // Each group's parameters by name, in the optimizer's order: the checkpoint's must be the same
-  // names in the same order, or a state would go to another parameter.
-  std::unordered_map<const c10::TensorImpl*, std::string> name_of;
-  for (const auto& s : parameter_shards(module)) name_of.emplace(s.param.unsafeGetTensorImpl(), s.name);
   auto list = c10::impl::GenericList(c10::AnyType::get());
-  for (auto& [index, group] : groups) {
-    const std::string where = directory + ": " + groups_start + std::to_string(index);
+  for (const auto& [index, group] : groups) {
+    const std::string where = directory + ": " + prefix + "param_groups." + std::to_string(index);
     check_group(optimizer, group, where);
-    std::vector<std::string> theirs;
-    const auto params = group.at("params");
-    if (params.isList()) {
-      for (const auto& n : params.toListRef()) {
-        if (!n.isString()) throw CheckpointError(where + ".params holds a non-name");
-        theirs.push_back(n.toStringRef());
-      }
-    }
-    std::vector<std::string> ours;
-    for (const auto& p : optimizer.param_groups()[static_cast<size_t>(index)].params()) {
-      const auto it = name_of.find(p.unsafeGetTensorImpl());
-      TORCH_CHECK(it != name_of.end(), "dcp_load_optimizer_state_dict: the optimizer holds a "
-                  "tensor that is no parameter of the module given");
-      ours.push_back(it->second);
-    }
-    if (theirs != ours) {
-      throw CheckpointError(where + ".params names " + c10::Join(", ", theirs) +
-                            "; the optimizer's group holds " + c10::Join(", ", ours));
-    }
+    check_group_params(module, optimizer.param_groups()[static_cast<size_t>(index)], group, where);
     list.push_back(group);
   }
   auto whole = any_dict();
