@@ -3,7 +3,7 @@
 // model with its Adam's state, on 2 and 3 ranks,
 // read by PyTorch 2.15's dcp.load into FSDP2 models on 1, 2, 3 and 4 ranks
 // (tests/python/dcp_oracle.py check: one Python launch per world size for every checkpoint) and
-// by dpx itself; PyTorch's FSDP2 checkpoint resharded into dpx's fully_shard; and a save cut
+// by dpx itself (the Adam state too, on one process); PyTorch's FSDP2 checkpoint resharded into dpx's fully_shard; and a save cut
 // short by a killed rank, which leaves no .metadata. PyTorch's FSDP2 + Adam checkpoint resumed
 // by dpx's fully_shard on other world sizes.
 #include <gtest/gtest.h>
@@ -103,6 +103,28 @@ TEST(DcpSave, PyTorchLoadsWhatDpxWroteOnAnyWorldSize) {
     for (size_t i = 0; i < ours.size(); ++i) {
       EXPECT_TRUE(torch::equal(ours[i].second, expected[i].second)) << name << " " << ours[i].first;
     }
+  }
+  for (const char* name : {"adam-2", "adam-3"}) {  // and its optimizer's state, on one process
+    auto o = test::dcp_optim_model();
+    torch::optim::Adam adam(o->parameters());
+    dcp_load_state_dict(*o, dir / name, {.prefix = "model."});
+    dcp_load_optimizer_state_dict(*o, adam, dir / name);
+    const auto want = torch_load(dir / (std::string(name) + "-optim.pt")).toGenericDict();
+    const auto got = full_optimizer_state_dict(*o, adam).toGenericDict();
+    const auto want_state = want.at("state").toGenericDict();
+    const auto got_state = got.at("state").toGenericDict();
+    ASSERT_EQ(got_state.size(), want_state.size()) << name;
+    for (const auto& param : want_state) {
+      for (const auto& e : param.value().toGenericDict()) {
+        const auto mine = got_state.at(param.key()).toGenericDict().at(e.key()).toTensor();
+        EXPECT_TRUE(torch::equal(mine, e.value().toTensor()))
+            << name << " " << param.key().toStringRef() << "." << e.key().toStringRef();
+      }
+    }
+    const auto& options = static_cast<const torch::optim::AdamOptions&>(
+        adam.param_groups()[0].options());
+    EXPECT_DOUBLE_EQ(options.lr(), 0.05) << name;
+    EXPECT_DOUBLE_EQ(options.weight_decay(), 0.1) << name;
   }
 }
 
