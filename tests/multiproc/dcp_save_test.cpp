@@ -1,11 +1,11 @@
 // DCP checkpoints written by dpx: fully_shard modules (each rank its rows, uneven and empty
 // shards, a bfloat16 unit) and replicated ones (each tensor written once), and a fully_shard
-// model with its Adam's state, on 2 and 3 ranks,
-// read by PyTorch 2.15's dcp.load into FSDP2 models on 1, 2, 3 and 4 ranks
-// (tests/python/dcp_oracle.py check: one Python launch per world size for every checkpoint) and
-// by dpx itself (the Adam state too, on one process); PyTorch's FSDP2 checkpoint resharded into dpx's fully_shard; and a save cut
-// short by a killed rank, which leaves no .metadata. PyTorch's FSDP2 + Adam checkpoint resumed
-// by dpx's fully_shard on other world sizes.
+// model with its Adam's state, on 2 and 3 ranks, read by PyTorch 2.15's dcp.load into FSDP2
+// models on 1, 2, 3 and 4 ranks (tests/python/dcp_oracle.py check: one Python launch per world
+// size for every checkpoint) and by dpx itself (the Adam state too, on one process); PyTorch's
+// FSDP2 checkpoint resharded into dpx's fully_shard; PyTorch's FSDP2 + Adam checkpoint resumed
+// by dpx's fully_shard on other world sizes; and a save cut short by a killed rank, which leaves
+// no .metadata.
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
