@@ -1,15 +1,18 @@
 // DCP checkpoints written by dpx: fully_shard modules (each rank its rows, uneven and empty
-// shards, a bfloat16 unit) and replicated ones (each tensor written once) on 2 and 3 ranks,
-// read by PyTorch 2.15's dcp.load into FSDP2 models on 1, 2, 3 and 4 ranks
-// (tests/python/dcp_oracle.py check: one Python launch per world size for every checkpoint) and
-// by dpx itself; PyTorch's FSDP2 checkpoint resharded into dpx's fully_shard; and a save cut
-// short by a killed rank, which leaves no .metadata.
+// shards, a bfloat16 unit) and replicated ones (each tensor written once), and a fully_shard
+// model with its Adam's state, on 2 and 3 ranks, read by PyTorch 2.15's dcp.load into FSDP2
+// models on 1, 2, 3 and 4 ranks (tests/python/dcp_oracle.py check: one Python launch per world
+// size for every checkpoint) and by dpx itself (the Adam state too, on one process); PyTorch's
+// FSDP2 checkpoint resharded into dpx's fully_shard; PyTorch's FSDP2 + Adam checkpoint resumed
+// by dpx's fully_shard on other world sizes; and a save cut short by a killed rank, which leaves
+// no .metadata.
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
 #include <fstream>
 
 #include "dpx/checkpoint/dcp.h"
+#include "dpx/checkpoint/fsdp_checkpoint.h"
 #include "dpx/checkpoint/python_format.h"
 #include "dpx/comm/init.h"
 #include "dpx/fsdp/fsdp_state_dict.h"
@@ -26,7 +29,9 @@ namespace {
 using test::dcp_oracle_model;
 
 // `world` ranks save the oracle model to dir/sharded-<world> (fully_shard) and
-// dir/replicated-<world> (the whole module on every rank, as under DDP).
+// dir/replicated-<world> (the whole module on every rank, as under DDP); and the optimizer's
+// model, fully_shard and 3 steps of Adam in, with its Adam to dir/adam-<world>, its state whole
+// to dir/adam-<world>-optim.pt for PyTorch to compare with.
 void save_on(int world, const std::string& dir) {
   test::StoreServer server;
   test::expect_all_ok(test::run_processes(world, [&](int rank) {
@@ -40,6 +45,21 @@ void save_on(int world, const std::string& dir) {
     fully_shard(sharded.ptr(), pg);
     dcp_save_state_dict(*sharded, dir + "/sharded-" + std::to_string(world), nullptr,
                         {.prefix = "model."});
+    auto o = test::dcp_optim_model();
+    fully_shard(o[2], pg);
+    auto model = fully_shard(o, pg);
+    torch::optim::Adam adam(o->parameters(),
+                            torch::optim::AdamOptions(0.05).betas({0.8, 0.95}).eps(1e-6)
+                                .weight_decay(0.1));
+    for (int step = 0; step < 3; ++step) {
+      adam.zero_grad();
+      model(test::dcp_optim_batch()).pow(2).sum().backward();
+      adam.step();
+    }
+    const std::string name = dir + "/adam-" + std::to_string(world);
+    dcp_save_state_dict(*o, adam, name, nullptr, {.prefix = "model."});
+    const auto optimizer = full_optimizer_state_dict(*o, adam);  // collective; rank 0 gets it
+    if (rank == 0) torch_save(optimizer, name + "-optim.pt");
   }));
 }
 
@@ -59,6 +79,8 @@ TEST(DcpSave, PyTorchLoadsWhatDpxWroteOnAnyWorldSize) {
   {
     std::ofstream list(dir / "checkpoints.txt");
     for (const auto& name : names) list << name << "\n";
+    std::ofstream optim(dir / "optim_checkpoints.txt");
+    optim << "adam-2\nadam-3\n";
   }
   for (const int world : {1, 2, 3, 4}) {
     EXPECT_TRUE(test::run_python({.script = "dcp_oracle.py",
@@ -81,6 +103,28 @@ TEST(DcpSave, PyTorchLoadsWhatDpxWroteOnAnyWorldSize) {
     for (size_t i = 0; i < ours.size(); ++i) {
       EXPECT_TRUE(torch::equal(ours[i].second, expected[i].second)) << name << " " << ours[i].first;
     }
+  }
+  for (const char* name : {"adam-2", "adam-3"}) {  // and its optimizer's state, on one process
+    auto o = test::dcp_optim_model();
+    torch::optim::Adam adam(o->parameters());
+    dcp_load_state_dict(*o, dir / name, {.prefix = "model."});
+    dcp_load_optimizer_state_dict(*o, adam, dir / name);
+    const auto want = torch_load(dir / (std::string(name) + "-optim.pt")).toGenericDict();
+    const auto got = full_optimizer_state_dict(*o, adam).toGenericDict();
+    const auto want_state = want.at("state").toGenericDict();
+    const auto got_state = got.at("state").toGenericDict();
+    ASSERT_EQ(got_state.size(), want_state.size()) << name;
+    for (const auto& param : want_state) {
+      for (const auto& e : param.value().toGenericDict()) {
+        const auto mine = got_state.at(param.key()).toGenericDict().at(e.key()).toTensor();
+        EXPECT_TRUE(torch::equal(mine, e.value().toTensor()))
+            << name << " " << param.key().toStringRef() << "." << e.key().toStringRef();
+      }
+    }
+    const auto& options = static_cast<const torch::optim::AdamOptions&>(
+        adam.param_groups()[0].options());
+    EXPECT_DOUBLE_EQ(options.lr(), 0.05) << name;
+    EXPECT_DOUBLE_EQ(options.weight_decay(), 0.1) << name;
   }
 }
 
@@ -110,6 +154,41 @@ TEST(DcpSave, DpxReshardsAPyTorchCheckpointOnOtherWorldSizes) {
       EXPECT_TRUE(result.missing_keys.empty());
       for (const auto& [name, t] : full_state_dict(*m, {.rank0_only = false})) {
         EXPECT_TRUE(torch::equal(t, expected.at(name).toTensor())) << name << ": " << t;
+      }
+    }));
+  }
+}
+
+// PyTorch's FSDP2 + Adam of 3 ranks, 3 steps in (dcp_oracle.py write, adam/), resumed by dpx's
+// fully_shard on 2 and 4 ranks (uneven and empty shards of the state too): each rank reads the
+// rows of its shards of exp_avg and exp_avg_sq, and the hyper-parameters (the optimizer is made
+// with Adam's defaults); one more step on the same batch lands on PyTorch's parameters after it.
+TEST(DcpSave, DpxResumesPyTorchsFsdp2AdamOnOtherWorldSizes) {
+  DPX_SKIP_UNLESS_PYTHON_HAS(DPX_PYTHON, "torch.distributed.checkpoint");
+  const std::string oracle = test::python_output_once(
+      {.script = "dcp_oracle.py", .args = {"write"}, .timeout = std::chrono::seconds(240),
+       .attempts = 2});
+  ASSERT_FALSE(oracle.empty()) << "tests/python/dcp_oracle.py write failed (output above)";
+  const auto expected = torch_load(oracle + "/adam_next.pt").toGenericDict();
+  for (const int world : {2, 4}) {
+    SCOPED_TRACE("world " + std::to_string(world));
+    test::StoreServer server;
+    test::expect_all_ok(test::run_processes(world, [&](int rank) {
+      torch::set_num_threads(1);
+      auto pg = new_process_group("shm", server.client(), rank, world);
+      auto m = test::dcp_optim_model();
+      fully_shard(m[2], pg);
+      auto model = fully_shard(m, pg);
+      torch::optim::Adam adam(m->parameters(), torch::optim::AdamOptions(1e-3));
+      dcp_load_state_dict(*m, oracle + "/adam", {.prefix = "model."});
+      dcp_load_optimizer_state_dict(*m, adam, oracle + "/adam");
+      adam.zero_grad();
+      model(test::dcp_optim_batch()).pow(2).sum().backward();
+      adam.step();
+      for (const auto& [name, t] : full_state_dict(*m, {.rank0_only = false})) {
+        const auto want = expected.at(name).toTensor();
+        EXPECT_TRUE(torch::allclose(t, want, 1e-5, 1e-6)) << name << ": " << t << " against "
+                                                          << want;
       }
     }));
   }

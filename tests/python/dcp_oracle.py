@@ -7,7 +7,11 @@ and tests/multiproc/dcp_save_test.cpp (check).
 check: loads every DCP checkpoint named in DIR/checkpoints.txt (one folder name a line, written
 by dpx) on M ranks, into the model below sharded by fully_shard (M > 1) or whole (M = 1), with
 dcp.load({"model": model.state_dict()}), and compares each tensor whole with DIR/expected.pt,
-dtype included. Exit status 0 only if every rank found every tensor equal.
+dtype included. Then each named in DIR/optim_checkpoints.txt (dpx's model and Adam state, saved
+as {"model": ..., "optim": ...}) into optim_model() and a fresh torch.optim.Adam, with dcp.load
+and set_optimizer_state_dict, and compares the optimizer's state whole and its hyper-parameters
+with DIR/<name>-optim.pt (dpx's full_optimizer_state_dict). Exit status 0 only if every rank
+found every tensor equal.
 
 write: writes, with this Python's PyTorch, into DIR:
   expected.pt  the model's state dict (torch.save): what every checkpoint below holds under "model."
@@ -15,6 +19,11 @@ write: writes, with this Python's PyTorch, into DIR:
   three/       the same model sharded by fully_shard (FSDP2) on 3 gloo ranks (one process each),
                dcp.save'd the same way: 7 rows split 3, 3, 1; 2 rows split 1, 1, 0 (rank 2 holds an
                empty shard); the bfloat16 layer its own unit
+  adam/        on the same 3 ranks, optim_model() sharded the same way, ADAM stepped 3 times on
+               optim_batch(), then dcp.save({"model": get_model_state_dict(m),
+               "optim": get_optimizer_state_dict(m, opt)})
+  adam_next.pt the parameters whole after one more step from there: what a job that resumes
+               from adam/ on any world size must reach
   hostile_<name>/  copies of one/ with .metadata or a .distcp broken as <name> says; dpx must
                refuse each with a CheckpointError. hostile_global's pickle would create DIR/pwned
                if anything ran it.
@@ -45,13 +54,53 @@ def model():
     return m
 
 
+# Hyper-parameters away from Adam's defaults, so that a loader that kept its own shows.
+ADAM = dict(lr=0.05, betas=(0.8, 0.95), eps=1e-6, weight_decay=0.1)
+
+
+def optim_model():
+    """The optimizer checkpoints' model (tests/support/checkpoint_files.cpp's twin): float32,
+    since it is trained; 7 rows and 2 rows, so 3 or 4 ranks hold uneven and empty shards."""
+    m = torch.nn.Sequential(torch.nn.Linear(6, 7), torch.nn.Tanh(), torch.nn.Linear(7, 2))
+    with torch.no_grad():
+        for i, p in enumerate(m.parameters()):
+            p.copy_(torch.arange(p.numel(), dtype=torch.float32).reshape(p.shape) * 0.05 - i)
+    return m
+
+
+def optim_batch():
+    return torch.arange(24, dtype=torch.float32).reshape(4, 6) * 0.1 - 1
+
+
+def optim_step(m, opt):
+    """One step on the same batch on every rank: FSDP2 averages the gradients, so the step is
+    the same on any world size."""
+    opt.zero_grad()
+    m(optim_batch()).pow(2).sum().backward()
+    opt.step()
+
+
 def run_rank(rank, folder):
+    from torch.distributed.checkpoint.state_dict import (get_model_state_dict,
+                                                         get_optimizer_state_dict)
     from torch.distributed.fsdp import fully_shard
     dist.init_process_group("gloo", init_method=f"file://{folder}/store", rank=rank, world_size=3)
     m = model()
     fully_shard(m[3])
     fully_shard(m)
     dcp.save({"model": m.state_dict(), "step": 7}, checkpoint_id=f"{folder}/three")
+    o = optim_model()
+    fully_shard(o[2])
+    fully_shard(o)
+    opt = torch.optim.Adam(o.parameters(), **ADAM)
+    for _ in range(3):
+        optim_step(o, opt)
+    dcp.save({"model": get_model_state_dict(o), "optim": get_optimizer_state_dict(o, opt)},
+             checkpoint_id=f"{folder}/adam")
+    optim_step(o, opt)
+    after = {k: v.full_tensor() for k, v in o.state_dict().items()}
+    if rank == 0:
+        torch.save(after, f"{folder}/adam_next.pt")
     dist.destroy_process_group()
 
 
@@ -78,8 +127,54 @@ def check_rank(rank, world, root):
             if whole.dtype != want.dtype or not torch.equal(whole, want):
                 print(f"rank {rank} of {world}: {name}: {key} is {whole}, expected {want}")
                 ok = False
+    optim_list = f"{root}/optim_checkpoints.txt"
+    for name in open(optim_list).read().split() if os.path.exists(optim_list) else []:
+        ok = check_optim(rank, world, root, name) and ok
     if world > 1:
         dist.destroy_process_group()
+    return ok
+
+
+def check_optim(rank, world, root, name):
+    from torch.distributed.checkpoint.state_dict import (StateDictOptions, get_model_state_dict,
+                                                         get_optimizer_state_dict,
+                                                         set_model_state_dict,
+                                                         set_optimizer_state_dict)
+    from torch.distributed.tensor import DTensor
+    m = optim_model()
+    if world > 1:
+        from torch.distributed.fsdp import fully_shard
+        fully_shard(m[2])
+        fully_shard(m)
+    opt = torch.optim.Adam(m.parameters())  # Adam's defaults: the checkpoint's must replace them
+    state = {"model": get_model_state_dict(m), "optim": get_optimizer_state_dict(m, opt)}
+    dcp.load(state, checkpoint_id=f"{root}/{name}", no_dist=world == 1)
+    set_model_state_dict(m, state["model"])
+    set_optimizer_state_dict(m, opt, optim_state_dict=state["optim"])
+    full = get_optimizer_state_dict(m, opt, options=StateDictOptions(full_state_dict=True))
+    want = torch.load(f"{root}/{name}-optim.pt", weights_only=True)
+    ok = True
+    if set(full["state"]) != set(want["state"]):
+        print(f"rank {rank} of {world}: {name}: state for {sorted(full['state'])}, "
+              f"dpx's for {sorted(want['state'])}")
+        ok = False
+    for param, entries in want["state"].items():
+        for key, value in entries.items():
+            got = full["state"].get(param, {}).get(key)
+            if isinstance(got, DTensor):
+                got = got.full_tensor()
+            if got is None or got.dtype != value.dtype or not torch.equal(got, value):
+                print(f"rank {rank} of {world}: {name}: optim state {param}.{key} is {got}, "
+                      f"dpx's {value}")
+                ok = False
+    for key in ["lr", "betas", "eps", "weight_decay", "amsgrad", "params"]:
+        got, expected = opt.param_groups[0][key], want["param_groups"][0][key]
+        if key == "params":
+            got = full["param_groups"][0]["params"]
+        if tuple(got) != tuple(expected) if isinstance(got, (list, tuple)) else got != expected:
+            print(f"rank {rank} of {world}: {name}: param_groups[0].{key} is {got}, dpx's "
+                  f"{expected}")
+            ok = False
     return ok
 
 

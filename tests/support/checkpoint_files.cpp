@@ -46,6 +46,21 @@ torch::nn::Sequential dcp_oracle_model() {
   return m;
 }
 
+torch::nn::Sequential dcp_optim_model() {
+  torch::nn::Sequential m(torch::nn::Linear(6, 7), torch::nn::Tanh(), torch::nn::Linear(7, 2));
+  torch::NoGradGuard no_grad;
+  int64_t i = 0;
+  for (auto& p : m->parameters()) {
+    p.copy_(torch::arange(p.numel(), torch::kFloat).reshape(p.sizes()) * 0.05 -
+            static_cast<double>(i++));
+  }
+  return m;
+}
+
+torch::Tensor dcp_optim_batch() {
+  return torch::arange(24, torch::kFloat).reshape({4, 6}) * 0.1 - 1;
+}
+
 void write_zip_with_pickle(const std::string& path, const std::string& pickle) {
   std::ofstream out(path, std::ios::binary);
   caffe2::serialize::PyTorchStreamWriter w([&](const void* p, size_t n) {

@@ -33,6 +33,10 @@ extern const std::vector<std::string> kModelKeys;
 // tests/python/dcp_oracle.py's model: Sequential(Linear(6, 7), Tanh(), Linear(7, 2), Linear(2, 5)
 // in bfloat16), its parameters set to the oracle's values (arange * 0.37 - i, i-th parameter).
 torch::nn::Sequential dcp_oracle_model();
+// dcp_oracle.py's optim_model() (float32, trained by the Adam checkpoints) and the batch
+// optim_step() trains it on, the loss its outputs' squares summed.
+torch::nn::Sequential dcp_optim_model();
+torch::Tensor dcp_optim_batch();
 
 // A torch.save-shaped zip whose data.pkl is `pickle` (hand-written, e.g. calling os.system).
 void write_zip_with_pickle(const std::string& path, const std::string& pickle);

@@ -88,6 +88,51 @@ TEST_F(DcpTest, StrictLoadingNamesWhatDoesNotMatch) {
   EXPECT_EQ(result.missing_keys, (std::vector<std::string>{"4.weight", "4.bias"}));
 }
 
+// PyTorch's FSDP2 + Adam of 3 ranks, 3 steps in (adam/), resumed on one process: the optimizer's
+// state assembled whole from the shards and its hyper-parameters read (the optimizer is made
+// with Adam's defaults), one more step lands on PyTorch's parameters after it (adam_next.pt).
+TEST_F(DcpTest, ResumesPyTorchsFsdp2AdamOnOneProcess) {
+  auto m = dpx::test::dcp_optim_model();
+  torch::optim::Adam adam(m->parameters(), torch::optim::AdamOptions(1e-3));
+  dpx::dcp_load_state_dict(*m, path("adam"), {.prefix = "model."});
+  dpx::dcp_load_optimizer_state_dict(*m, adam, path("adam"));
+  const auto& o = static_cast<const torch::optim::AdamOptions&>(adam.param_groups()[0].options());
+  EXPECT_DOUBLE_EQ(o.lr(), 0.05);
+  EXPECT_DOUBLE_EQ(std::get<0>(o.betas()), 0.8);
+  EXPECT_DOUBLE_EQ(std::get<1>(o.betas()), 0.95);
+  EXPECT_DOUBLE_EQ(o.eps(), 1e-6);
+  EXPECT_DOUBLE_EQ(o.weight_decay(), 0.1);
+  adam.zero_grad();
+  m->forward(dpx::test::dcp_optim_batch()).pow(2).sum().backward();
+  adam.step();
+  const auto expected = dpx::torch_load(path("adam_next.pt")).toGenericDict();
+  for (const auto& [name, t] : dpx::state_dict(*m)) {
+    const auto want = expected.at(name).toTensor();
+    EXPECT_TRUE(torch::allclose(t, want, 1e-5, 1e-6)) << name << ": " << t << " against " << want;
+  }
+}
+
+TEST_F(DcpTest, RefusesAnotherOptimizersState) {
+  auto m = dpx::test::dcp_optim_model();
+  torch::optim::AdamW adamw(m->parameters());
+  EXPECT_CHECKPOINT_ERROR(dpx::dcp_load_optimizer_state_dict(*m, adamw, path("adam")),
+                          "optim.param_groups.0.decoupled_weight_decay is False");
+  torch::optim::SGD sgd(m->parameters(), torch::optim::SGDOptions(0.1));
+  EXPECT_CHECKPOINT_ERROR(dpx::dcp_load_optimizer_state_dict(*m, sgd, path("adam")),
+                          "optim.param_groups.0.momentum is missing");
+  torch::nn::Sequential narrower(torch::nn::Linear(6, 5), torch::nn::Tanh(),
+                                 torch::nn::Linear(5, 2));
+  torch::optim::Adam adam(narrower->parameters());
+  EXPECT_CHECKPOINT_ERROR(dpx::dcp_load_optimizer_state_dict(*narrower, adam, path("adam")),
+                          "optim.state.0.weight.exp_avg has shape [7, 6] there");
+  auto more = oracle_model();  // the checkpoint's parameters and two more
+  torch::optim::Adam adam_more(more->parameters());
+  EXPECT_CHECKPOINT_ERROR(dpx::dcp_load_optimizer_state_dict(*more, adam_more, path("adam")),
+                          "optim.param_groups.0.params names 0.weight, 0.bias, 2.weight, 2.bias;");
+  EXPECT_CHECKPOINT_ERROR(dpx::dcp_load_optimizer_state_dict(*m, adam, path("one")),
+                          "no optim.param_groups.* entries");
+}
+
 TEST_F(DcpTest, RefusesBrokenAndHostileCheckpoints) {
   const std::pair<const char*, const char*> cases[] = {
       {"overlap", "overlap"},

@@ -12,11 +12,13 @@
 // writers, shards of any size, empty ones included). The `.metadata` pickle is untrusted input
 // and is read without running it (Note [DCP metadata] in src/checkpoint/dcp/metadata.h lists
 // what is refused). What is written: a fully_shard module's parameters as each rank's shard,
-// replicated tensors (a DDP module's, buffers) once, spread over the ranks. Not yet: optimizer
-// state, asynchronous saves, the safetensors form (docs/checkpoint.md).
+// replicated tensors (a DDP module's, buffers) once, spread over the ranks. An optimizer's state
+// in FSDP2's layout is read and written (Note [DCP optimizer state]). Not yet: asynchronous
+// saves, the safetensors form (docs/checkpoint.md).
 #pragma once
 
 #include <torch/nn/module.h>
+#include <torch/optim/optimizer.h>
 
 #include <chrono>
 #include <memory>
@@ -55,11 +57,40 @@ std::vector<std::pair<std::string, at::Tensor>> dcp_read_tensors(
 LoadStateDictResult dcp_load_state_dict(torch::nn::Module& module, const std::string& directory,
                                         const DcpLoadOptions& options = {});
 
+// Note [DCP optimizer state]
+// FSDP2's get_optimizer_state_dict(model, optimizer) keys the state by parameter names, and
+// dcp.save({"model": ..., "optim": osd}) flattens it (PyTorch 2.15, default StateDictOptions):
+//   optim.state.<name>.<key>     a tensor: exp_avg, exp_avg_sq, max_exp_avg_sq, momentum_buffer
+//                                sharded like the parameter (its chunks the ranks' rows); step
+//                                a 0-dim float32 tensor, the same on every rank
+//   optim.param_groups.<i>.<hp>  an object (BytesStorageMetadata), a torch.save of group i's
+//                                hyper-parameter: lr, betas (a tuple), eps, ..., and params,
+//                                the list of the group's parameter names
+// A parameter that was never stepped has no state entries. SGD, Adam and AdamW are mapped, with
+// the hyper-parameters LibTorch has (maximize must be False; decoupled_weight_decay tells AdamW
+// from Adam).
+
+// Loads the optimizer's state of `module` (fully_shard or not, on any number of ranks whatever
+// the number that saved) from the entries under `options.prefix` ("optim." for a checkpoint
+// saved as {"model": ..., "optim": ...}): each rank reads the rows of its shards of each state
+// tensor, and each group's hyper-parameters. The module's own state is loaded by
+// dcp_load_state_dict with prefix "model.". Not collective. A CheckpointError names the key and
+// the directory when the checkpoint's parameters, groups or shapes are not the optimizer's; the
+// optimizer is unchanged unless everything was read. The objects are read with the restricted
+// unpickler: nothing in the file runs.
+void dcp_load_optimizer_state_dict(const torch::nn::Module& module,
+                                   torch::optim::Optimizer& optimizer,
+                                   const std::string& directory,
+                                   const DcpLoadOptions& options = {.prefix = "optim."});
+
 struct DcpSaveOptions {
   // Put before every key, as dcp.save({"model": state_dict}) names them: "model." makes
   // "fc1.weight" the checkpoint's "model.fc1.weight". A Python job loads it with
   // dcp.load({"model": model.state_dict()}, ...).
   std::string prefix;
+  // The optimizer's entries' start, with an optimizer given: "optim." makes them
+  // "optim.state.fc1.weight.exp_avg", as dcp.save({"model": ..., "optim": osd}) names them.
+  std::string optimizer_prefix = "optim.";
   std::chrono::milliseconds timeout = kDefaultTimeout;  // the collectives that gather the layout
   CheckpointWriteOptions write;                         // test hooks (each rank's file)
 };
@@ -73,6 +104,17 @@ struct DcpSaveOptions {
 // makes every rank throw. To keep the previous checkpoint loadable while a new one is written,
 // give each save its own directory.
 void dcp_save_state_dict(const torch::nn::Module& module, const std::string& directory,
+                         std::shared_ptr<ProcessGroup> process_group,
+                         const DcpSaveOptions& options = {});
+
+// The same with `optimizer`'s state (SGD, Adam or AdamW over `module`'s parameters) in the same
+// checkpoint, under options.optimizer_prefix, as FSDP2's get_optimizer_state_dict names it
+// (Note [DCP optimizer state]): each rank writes the rows of its shards of each state tensor; the
+// step counts and each group's hyper-parameters (objects) are written once. A Python job on any
+// number of ranks loads it with dcp.load({"model": msd, "optim": osd}) and
+// set_optimizer_state_dict; dpx with dcp_load_optimizer_state_dict.
+void dcp_save_state_dict(const torch::nn::Module& module,
+                         const torch::optim::Optimizer& optimizer, const std::string& directory,
                          std::shared_ptr<ProcessGroup> process_group,
                          const DcpSaveOptions& options = {});
 

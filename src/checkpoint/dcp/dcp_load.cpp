@@ -1,143 +1,29 @@
 // Reading a DCP checkpoint (dcp.h): each chunk's bytes, where the metadata says they are, are a
 // torch.save archive of that chunk, read with the restricted reader; a tensor is assembled whole,
 // or, for a fully_shard module, as the rows this rank holds, from the chunks that overlap them.
-#include <fcntl.h>
-#include <sys/mman.h>
-#include <sys/stat.h>
-#include <unistd.h>
+// An optimizer's state (Note [DCP optimizer state] in dcp.h) is read the same way, then handed to
+// load_full_optimizer_state_dict as a name-keyed state of this rank's rows.
+#include <torch/optim/adam.h>
+#include <torch/optim/adamw.h>
+#include <torch/optim/sgd.h>
 
-#include <algorithm>
-#include <cerrno>
-#include <cstring>
-#include <string_view>
 #include <map>
 #include <set>
 #include <unordered_map>
 
 #include "dpx/checkpoint/dcp.h"
+#include "dpx/checkpoint/fsdp_checkpoint.h"
 #include "dpx/errors.h"
 #include "dpx/fsdp/fsdp_state_dict.h"
+#include "checkpoint/dcp/chunk_reader.h"
 #include "checkpoint/dcp/metadata.h"
-#include "checkpoint/python_format/torch_file.h"
 
 namespace dpx {
 namespace {
 
-// The files of one checkpoint, each mapped once (read-only) and its size known before any
-// read: a chunk's bytes are read where they lie, not copied out first. (A file truncated by
-// another process while it is being read would end this one with SIGBUS: checkpoints are not
-// written in place, so only a foreign writer could do that.)
-class ChunkFiles {
- public:
-  explicit ChunkFiles(std::string dir) : dir_(std::move(dir)) {}
-  ChunkFiles(const ChunkFiles&) = delete;
-  ChunkFiles& operator=(const ChunkFiles&) = delete;
-  ~ChunkFiles() {
-    for (auto& [name, f] : files_) {
-      if (f.size > 0) ::munmap(f.data, static_cast<size_t>(f.size));
-    }
-  }
-
-  // Throws unless the file is there and holds the bytes the entry names.
-  void check(const detail::dcp::StorageInfo& info, const std::string& fqn) {
-    const auto& file = open(info.relative_path);
-    if (info.offset > file.size || info.length > file.size - info.offset) {
-      throw CheckpointError(dir_ + "/" + info.relative_path + " has " +
-                            std::to_string(file.size) + " bytes, and .metadata puts " + fqn +
-                            " at bytes " + std::to_string(info.offset) + "-" +
-                            std::to_string(info.offset + info.length) +
-                            " (a file cut short or from another save?)");
-    }
-  }
-
-  std::string_view read(const detail::dcp::StorageInfo& info, const std::string& fqn) {
-    check(info, fqn);
-    const auto& file = files_.at(info.relative_path);
-    return {static_cast<const char*>(file.data) + info.offset,
-            static_cast<size_t>(info.length)};
-  }
-
- private:
-  struct File {
-    void* data = nullptr;
-    int64_t size = 0;
-  };
-
-  const File& open(const std::string& name) {
-    auto it = files_.find(name);
-    if (it != files_.end()) return it->second;
-    const std::string path = dir_ + "/" + name;
-    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-    struct stat st {};
-    if (fd < 0 || ::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-      if (fd >= 0) ::close(fd);
-      throw CheckpointError(path + " is missing (named by " + dir_ + "/.metadata)");
-    }
-    File f;
-    f.size = st.st_size;
-    if (f.size > 0) {
-      f.data = ::mmap(nullptr, static_cast<size_t>(f.size), PROT_READ, MAP_PRIVATE, fd, 0);
-    }
-    ::close(fd);
-    if (f.data == MAP_FAILED) {
-      throw CheckpointError("cannot map " + path + ": " + std::strerror(errno));
-    }
-    return files_.emplace(name, f).first->second;
-  }
-
-  std::string dir_;
-  std::map<std::string, File> files_;
-};
-
-// Rows [first, first + rows) of dimension 0 of the tensor (all of a 0-dim one), from the chunks
-// that hold any of them: the others' bytes are not read.
-at::Tensor read_rows(const detail::dcp::TensorEntry& entry, const std::string& fqn,
-                     ChunkFiles& files, const TorchLoadLimits& limits, int64_t first,
-                     int64_t rows) {
-  const bool scalar = entry.size.empty();
-  const auto overlap = [&](const detail::dcp::Chunk& c) {
-    if (scalar) return std::pair<int64_t, int64_t>{0, 1};
-    return std::pair<int64_t, int64_t>{std::max(first, c.offsets[0]),
-                                       std::min(first + rows, c.offsets[0] + c.sizes[0])};
-  };
-  for (const auto& chunk : entry.chunks) {
-    const auto [lo, hi] = overlap(chunk);
-    if (lo < hi) files.check(chunk.storage, fqn);
-  }
-  auto sizes = entry.size;
-  if (!scalar) sizes[0] = rows;
-  auto out = at::empty(sizes, at::TensorOptions(entry.dtype));
-  for (const auto& chunk : entry.chunks) {
-    const auto [lo, hi] = overlap(chunk);
-    if (lo >= hi) continue;
-    const std::string what = "chunk of " + fqn + " in " + chunk.storage.relative_path;
-    const auto value = detail::read_torch_bytes(files.read(chunk.storage, fqn), what, limits).value;
-    if (!value.isTensor()) throw CheckpointError(what + " does not hold a tensor");
-    const auto part = value.toTensor();
-    if (part.sizes() != at::IntArrayRef(chunk.sizes) || part.scalar_type() != entry.dtype) {
-      throw CheckpointError(what + " holds a " + std::string(c10::toString(part.scalar_type())) +
-                            " tensor of shape " + c10::str(part.sizes()) + ", .metadata says " +
-                            c10::toString(entry.dtype) + " " +
-                            c10::str(at::IntArrayRef(chunk.sizes)));
-    }
-    if (scalar) {
-      out.copy_(part);
-      continue;
-    }
-    auto source = part.narrow(0, lo - chunk.offsets[0], hi - lo);
-    auto target = out.narrow(0, lo - first, hi - lo);
-    for (size_t d = 1; d < chunk.offsets.size(); ++d) {
-      target = target.narrow(static_cast<int64_t>(d), chunk.offsets[d], chunk.sizes[d]);
-    }
-    target.copy_(source);
-  }
-  return out;
-}
-
-at::Tensor read_whole(const detail::dcp::TensorEntry& entry, const std::string& fqn,
-                      ChunkFiles& files, const TorchLoadLimits& limits) {
-  return read_rows(entry, fqn, files, limits, 0, entry.size.empty() ? 1 : entry.size[0]);
-}
+using detail::dcp::ChunkFiles;
+using detail::dcp::read_rows;
+using detail::dcp::read_whole;
 
 // Into a fully_shard module: each rank reads the rows of its shards (and buffers and unsharded
 // parameters whole), with the strictness of load_state_dict.
@@ -188,6 +74,129 @@ LoadStateDictResult load_sharded(torch::nn::Module& module, const std::string& d
   return result;
 }
 
+using AnyDict = c10::impl::GenericDict;
+
+AnyDict any_dict() { return AnyDict(c10::AnyType::get(), c10::AnyType::get()); }
+
+bool is_index(const std::string& s) {
+  return !s.empty() && s.size() < 10 && s.find_first_not_of("0123456789") == std::string::npos;
+}
+
+// The hyper-parameters LibTorch's optimizer takes, each required; and the Python flags whose
+// other values would make another optimizer than this one (LibTorch has no maximize, and Adam
+// with decoupled_weight_decay is AdamW).
+void check_group(const torch::optim::Optimizer& optimizer, const AnyDict& group,
+                 const std::string& where) {
+  const bool sgd = dynamic_cast<const torch::optim::SGD*>(&optimizer) != nullptr;
+  const bool adamw = dynamic_cast<const torch::optim::AdamW*>(&optimizer) != nullptr;
+  const std::vector<const char*> needed =
+      sgd ? std::vector<const char*>{"lr", "momentum", "dampening", "weight_decay", "nesterov",
+                                     "params"}
+          : std::vector<const char*>{"lr", "betas", "eps", "weight_decay", "amsgrad", "params"};
+  for (const char* key : needed) {
+    if (!group.contains(key)) throw CheckpointError(where + "." + key + " is missing");
+  }
+  const auto flag = [&](const char* key) {
+    return group.contains(key) && group.at(key).isBool() && group.at(key).toBool();
+  };
+  if (flag("maximize")) {
+    throw CheckpointError(where + ".maximize is True: LibTorch's optimizers do not maximize");
+  }
+  if (!sgd && group.contains("decoupled_weight_decay") && flag("decoupled_weight_decay") != adamw) {
+    throw CheckpointError(where + ".decoupled_weight_decay is " +
+                          (adamw ? "False (Adam's state" : "True (AdamW's state") +
+                          "), and the optimizer given is " + (adamw ? "AdamW" : "Adam"));
+  }
+}
+
+// state.<name>.<key>, keyed by name: a tensor shaped like the parameter (exp_avg) as the rows of
+// its shard; anything else (step, 0-dim) is the same on every rank and read whole.
+AnyDict read_optimizer_state(const torch::nn::Module& module,
+                             const detail::dcp::Metadata& metadata, ChunkFiles& files,
+                             const DcpLoadOptions& options, const std::string& directory,
+                             std::set<std::string>& read) {
+  auto state = any_dict();
+  for (const auto& s : parameter_shards(module)) {
+    const std::string start = options.prefix + "state." + s.name + ".";
+    auto entry = any_dict();
+    for (auto it = metadata.tensors.lower_bound(start);
+         it != metadata.tensors.end() && it->first.rfind(start, 0) == 0; ++it) {
+      const auto& [fqn, tensor] = *it;
+      const std::string key = fqn.substr(start.size());
+      if (key.find('.') != std::string::npos) continue;  // reported as unexpected
+      at::Tensor value;
+      if (tensor.size.empty()) {
+        value = read_whole(tensor, fqn, files, options.limits);
+      } else if (tensor.size == s.full_sizes) {
+        value = read_rows(tensor, fqn, files, options.limits, s.row_offset,
+                          s.param.dim() == 0 ? 1 : s.param.size(0));
+      } else {
+        throw CheckpointError(directory + ": " + fqn + " has shape " +
+                              c10::str(at::IntArrayRef(tensor.size)) + " there, the parameter " +
+                              s.name + " " + c10::str(at::IntArrayRef(s.full_sizes)));
+      }
+      entry.insert(key, value);
+      read.insert(fqn);
+    }
+    if (!entry.empty()) state.insert(s.name, entry);
+  }
+  return state;
+}
+
+// param_groups.<group index>.<hyper-parameter>, by group index: each an object (a torch.save of
+// a float, a tuple, a list of names), the form get_optimizer_state_dict's default options give.
+std::map<int64_t, AnyDict> read_param_groups(const detail::dcp::Metadata& metadata,
+                                             ChunkFiles& files, const DcpLoadOptions& options,
+                                             const std::string& directory,
+                                             std::set<std::string>& read) {
+  std::map<int64_t, AnyDict> groups;
+  const std::string start = options.prefix + "param_groups.";
+  for (const auto& [fqn, info] : metadata.objects) {
+    if (fqn.rfind(start, 0) != 0) continue;
+    const std::string rest = fqn.substr(start.size());
+    const auto dot = rest.find('.');
+    if (dot == std::string::npos || !is_index(rest.substr(0, dot))) {
+      throw CheckpointError(directory + ": " + fqn + " is not " + start +
+                            "<group index>.<hyper-parameter>, the layout of "
+                            "get_optimizer_state_dict's default options (dpx does not read "
+                            "flatten_optimizer_state_dict=True's)");
+    }
+    auto& group = groups.try_emplace(std::stoll(rest.substr(0, dot)), any_dict()).first->second;
+    group.insert(rest.substr(dot + 1), detail::dcp::read_object(info, fqn, files, options.limits));
+    read.insert(fqn);
+  }
+  return groups;
+}
+
+// The checkpoint's group names the parameters of the optimizer's group, in its order: otherwise
+// a parameter's state would go to another parameter.
+void check_group_params(const torch::nn::Module& module,
+                        const torch::optim::OptimizerParamGroup& ours, const AnyDict& group,
+                        const std::string& where) {
+  std::unordered_map<const c10::TensorImpl*, std::string> name_of;
+  for (const auto& s : parameter_shards(module)) {
+    name_of.emplace(s.param.unsafeGetTensorImpl(), s.name);
+  }
+  std::vector<std::string> theirs, mine;
+  const auto params = group.at("params");
+  if (params.isList()) {
+    for (const auto& n : params.toListRef()) {
+      if (!n.isString()) throw CheckpointError(where + ".params holds a non-name");
+      theirs.push_back(n.toStringRef());
+    }
+  }
+  for (const auto& p : ours.params()) {
+    const auto it = name_of.find(p.unsafeGetTensorImpl());
+    TORCH_CHECK(it != name_of.end(), "dcp_load_optimizer_state_dict: the optimizer holds a "
+                "tensor that is no parameter of the module given");
+    mine.push_back(it->second);
+  }
+  if (theirs != mine) {
+    throw CheckpointError(where + ".params names " + c10::Join(", ", theirs) +
+                          "; the optimizer's group holds " + c10::Join(", ", mine));
+  }
+}
+
 }  // namespace
 
 std::vector<std::pair<std::string, at::Tensor>> dcp_read_tensors(const std::string& directory,
@@ -211,6 +220,56 @@ LoadStateDictResult dcp_load_state_dict(torch::nn::Module& module, const std::st
   load.limits = options.limits;
   return load_state_dict(module, dcp_read_tensors(directory, options.prefix, options.limits),
                          load);
+}
+
+void dcp_load_optimizer_state_dict(const torch::nn::Module& module,
+                                   torch::optim::Optimizer& optimizer,
+                                   const std::string& directory,
+                                   const DcpLoadOptions& options) {
+  const auto metadata = detail::dcp::read_metadata(directory, options.limits);
+  const std::string& prefix = options.prefix;
+  ChunkFiles files(directory);
+  std::set<std::string> read;  // the keys under `prefix` that found their place
+  const auto state = read_optimizer_state(module, metadata, files, options, directory, read);
+  const auto groups = read_param_groups(metadata, files, options, directory, read);
+
+  std::vector<std::string> unexpected;
+  for (const auto& [fqn, t] : metadata.tensors) {
+    if (fqn.rfind(prefix, 0) == 0 && !read.count(fqn)) unexpected.push_back(fqn);
+  }
+  for (const auto& [fqn, info] : metadata.objects) {
+    if (fqn.rfind(prefix, 0) == 0 && !read.count(fqn)) unexpected.push_back(fqn);
+  }
+  if (!unexpected.empty()) {
+    std::string msg = directory + ": entries that are no state of this module's parameters:";
+    for (const auto& k : unexpected) msg += " " + k;
+    throw CheckpointError(msg);
+  }
+  if (groups.empty()) {
+    throw CheckpointError(directory + ": no " + prefix + "param_groups.* entries (not an "
+                          "optimizer's state under the prefix '" + prefix + "'?)");
+  }
+  if (groups.size() != optimizer.param_groups().size() ||
+      groups.rbegin()->first != static_cast<int64_t>(groups.size()) - 1) {
+    throw CheckpointError(directory + ": " + std::to_string(groups.size()) +
+                          " param groups there, " +
+                          std::to_string(optimizer.param_groups().size()) + " in the optimizer");
+  }
+  auto list = c10::impl::GenericList(c10::AnyType::get());
+  for (const auto& [index, group] : groups) {
+    const std::string where = directory + ": " + prefix + "param_groups." + std::to_string(index);
+    check_group(optimizer, group, where);
+    check_group_params(module, optimizer.param_groups()[static_cast<size_t>(index)], group, where);
+    list.push_back(group);
+  }
+  auto whole = any_dict();
+  whole.insert("state", state);
+  whole.insert("param_groups", list);
+  try {
+    load_full_optimizer_state_dict(module, optimizer, whole);
+  } catch (const c10::Error& e) {
+    throw CheckpointError(directory + ": " + e.what_without_backtrace());
+  }
 }
 
 }  // namespace dpx

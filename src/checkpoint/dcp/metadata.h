@@ -28,6 +28,7 @@
 #include <cstdint>
 #include <map>
 #include <string>
+#include <variant>
 #include <vector>
 
 #include "dpx/checkpoint/python_format.h"
@@ -59,8 +60,10 @@ struct Metadata {
   std::map<std::string, StorageInfo> objects;  // BytesStorageMetadata entries
   std::string version;
   // Each key's place in the nested dict that was saved ("model.fc.weight" -> {"model",
-  // "fc.weight"}): written for dcp_to_torch_save and friends, not read (loading needs only keys).
-  std::map<std::string, std::vector<std::string>> planner_data;
+  // "fc.weight"}, "optim.param_groups.0.lr" -> {"optim", "param_groups", 0, "lr"}: a list's
+  // index is an int): written for dcp_to_torch_save and friends, not read (loading needs only
+  // keys).
+  std::map<std::string, std::vector<std::variant<std::string, int64_t>>> planner_data;
 };
 
 // The version of DCP's format that dpx writes (PyTorch 2.4 to 2.15 write and read it).
@@ -68,7 +71,8 @@ constexpr const char* kDcpVersion = "1.0.0";
 
 // `m` as PyTorch's pickle.load reads it into its Metadata (protocol 2: globals, NEWOBJ and
 // BUILD for the dataclasses; TensorProperties' 5-field state, which PyTorch 2.11 and 2.15 both
-// accept). Objects (BytesStorageMetadata) are not written.
+// accept). Objects are BytesStorageMetadata entries, their storage keys MetadataIndex(fqn)
+// without offset or index, as dcp.save writes them.
 std::string pickle_metadata(const Metadata& m);
 
 // The pickle's bytes; `what` names the file in errors.

@@ -135,6 +135,17 @@ void tensor_entry(Emitter& e, const TensorEntry& t) {
   e.build();
 }
 
+void storage_info(Emitter& e, const StorageInfo& info) {
+  e.new_object("torch.distributed.checkpoint.filesystem", "_StorageInfo");
+  e.empty_dict();
+  e.mark();
+  field(e, "relative_path", [&] { e.string(info.relative_path); });
+  field(e, "offset", [&] { e.integer(info.offset); });
+  field(e, "length", [&] { e.integer(info.length); });
+  e.setitems();
+  e.build();
+}
+
 void storage_entry(Emitter& e, const std::string& fqn, const Chunk& c, int64_t index) {
   e.new_object(kMetadataModule, "MetadataIndex");  // the key
   e.empty_dict();
@@ -144,14 +155,20 @@ void storage_entry(Emitter& e, const std::string& fqn, const Chunk& c, int64_t i
   field(e, "index", [&] { e.integer(index); });
   e.setitems();
   e.build();
-  e.new_object("torch.distributed.checkpoint.filesystem", "_StorageInfo");  // the value
+  storage_info(e, c.storage);
+}
+
+// An object's key: MetadataIndex(fqn), offset and index None.
+void object_storage_entry(Emitter& e, const std::string& fqn, const StorageInfo& info) {
+  e.new_object(kMetadataModule, "MetadataIndex");
   e.empty_dict();
   e.mark();
-  field(e, "relative_path", [&] { e.string(c.storage.relative_path); });
-  field(e, "offset", [&] { e.integer(c.storage.offset); });
-  field(e, "length", [&] { e.integer(c.storage.length); });
+  field(e, "fqn", [&] { e.string(fqn); });
+  field(e, "offset", [&] { e.none(); });
+  field(e, "index", [&] { e.none(); });
   e.setitems();
   e.build();
+  storage_info(e, info);
 }
 
 }  // namespace
@@ -169,6 +186,10 @@ std::string pickle_metadata(const Metadata& m) {
       e.string(fqn);
       tensor_entry(e, t);
     }
+    for (const auto& [fqn, info] : m.objects) {
+      e.string(fqn);
+      e.new_object(kMetadataModule, "BytesStorageMetadata");  // no fields: no state to build
+    }
     e.setitems();
   });
   field(e, "planner_data", [&] {
@@ -177,7 +198,13 @@ std::string pickle_metadata(const Metadata& m) {
     for (const auto& [fqn, path] : m.planner_data) {
       e.string(fqn);
       e.mark();
-      for (const auto& part : path) e.string(part);
+      for (const auto& part : path) {
+        if (const auto* index = std::get_if<int64_t>(&part)) {
+          e.integer(*index);
+        } else {
+          e.string(std::get<std::string>(part));
+        }
+      }
       e.tuple_from_mark();
     }
     e.setitems();
@@ -190,6 +217,7 @@ std::string pickle_metadata(const Metadata& m) {
         storage_entry(e, fqn, t.chunks[i], static_cast<int64_t>(i));
       }
     }
+    for (const auto& [fqn, info] : m.objects) object_storage_entry(e, fqn, info);
     e.setitems();
   });
   field(e, "storage_meta", [&] { e.none(); });
