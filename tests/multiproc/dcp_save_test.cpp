@@ -128,35 +128,47 @@ TEST(DcpSave, PyTorchLoadsWhatDpxWroteOnAnyWorldSize) {
   }
 }
 
-// PyTorch's FSDP2 checkpoint of 3 ranks (dcp_oracle.py write), resharded into dpx's fully_shard
-// on 2 and 4 ranks: every rank reads only its rows; gathered whole, they are PyTorch's values.
-TEST(DcpSave, DpxReshardsAPyTorchCheckpointOnOtherWorldSizes) {
-  DPX_SKIP_UNLESS_PYTHON_HAS(DPX_PYTHON, "torch.distributed.checkpoint");
-  const std::string oracle = test::python_output_once(
+// The folder of PyTorch's checkpoints (dcp_oracle.py write, run once per build); "" if it failed.
+std::string pytorch_checkpoints() {
+  return test::python_output_once(
       {.script = "dcp_oracle.py", .args = {"write"}, .timeout = std::chrono::seconds(240),
        .attempts = 2});
-  ASSERT_FALSE(oracle.empty()) << "tests/python/dcp_oracle.py write failed (output above)";
-  const auto expected = torch_load(oracle + "/expected.pt").toGenericDict();
+}
+
+// body(rank, pg) on 2 and then 4 ranks over shm, each rank a process of its own.
+template <typename Body>
+void on_two_and_four_ranks(Body body) {
   for (const int world : {2, 4}) {
     SCOPED_TRACE("world " + std::to_string(world));
     test::StoreServer server;
     test::expect_all_ok(test::run_processes(world, [&](int rank) {
       torch::set_num_threads(1);
-      auto pg = new_process_group("shm", server.client(), rank, world);
-      auto m = dcp_oracle_model();
-      fully_shard(m[3], pg);
-      fully_shard(m.ptr(), pg);
-      {
-        torch::NoGradGuard no_grad;
-        for (auto& p : m->parameters()) p.zero_();
-      }
-      const auto result = dcp_load_state_dict(*m, oracle + "/three", {.prefix = "model."});
-      EXPECT_TRUE(result.missing_keys.empty());
-      for (const auto& [name, t] : full_state_dict(*m, {.rank0_only = false})) {
-        EXPECT_TRUE(torch::equal(t, expected.at(name).toTensor())) << name << ": " << t;
-      }
+      body(rank, new_process_group("shm", server.client(), rank, world));
     }));
   }
+}
+
+// PyTorch's FSDP2 checkpoint of 3 ranks (dcp_oracle.py write), resharded into dpx's fully_shard
+// on 2 and 4 ranks: every rank reads only its rows; gathered whole, they are PyTorch's values.
+TEST(DcpSave, DpxReshardsAPyTorchCheckpointOnOtherWorldSizes) {
+  DPX_SKIP_UNLESS_PYTHON_HAS(DPX_PYTHON, "torch.distributed.checkpoint");
+  const std::string oracle = pytorch_checkpoints();
+  ASSERT_FALSE(oracle.empty()) << "tests/python/dcp_oracle.py write failed (output above)";
+  const auto expected = torch_load(oracle + "/expected.pt").toGenericDict();
+  on_two_and_four_ranks([&](int, std::shared_ptr<ProcessGroup> pg) {
+    auto m = dcp_oracle_model();
+    fully_shard(m[3], pg);
+    fully_shard(m.ptr(), pg);
+    {
+      torch::NoGradGuard no_grad;
+      for (auto& p : m->parameters()) p.zero_();
+    }
+    const auto result = dcp_load_state_dict(*m, oracle + "/three", {.prefix = "model."});
+    EXPECT_TRUE(result.missing_keys.empty());
+    for (const auto& [name, t] : full_state_dict(*m, {.rank0_only = false})) {
+      EXPECT_TRUE(torch::equal(t, expected.at(name).toTensor())) << name << ": " << t;
+    }
+  });
 }
 
 // PyTorch's FSDP2 + Adam of 3 ranks, 3 steps in (dcp_oracle.py write, adam/), resumed by dpx's
@@ -165,33 +177,25 @@ TEST(DcpSave, DpxReshardsAPyTorchCheckpointOnOtherWorldSizes) {
 // with Adam's defaults); one more step on the same batch lands on PyTorch's parameters after it.
 TEST(DcpSave, DpxResumesPyTorchsFsdp2AdamOnOtherWorldSizes) {
   DPX_SKIP_UNLESS_PYTHON_HAS(DPX_PYTHON, "torch.distributed.checkpoint");
-  const std::string oracle = test::python_output_once(
-      {.script = "dcp_oracle.py", .args = {"write"}, .timeout = std::chrono::seconds(240),
-       .attempts = 2});
+  const std::string oracle = pytorch_checkpoints();
   ASSERT_FALSE(oracle.empty()) << "tests/python/dcp_oracle.py write failed (output above)";
   const auto expected = torch_load(oracle + "/adam_next.pt").toGenericDict();
-  for (const int world : {2, 4}) {
-    SCOPED_TRACE("world " + std::to_string(world));
-    test::StoreServer server;
-    test::expect_all_ok(test::run_processes(world, [&](int rank) {
-      torch::set_num_threads(1);
-      auto pg = new_process_group("shm", server.client(), rank, world);
-      auto m = test::dcp_optim_model();
-      fully_shard(m[2], pg);
-      auto model = fully_shard(m, pg);
-      torch::optim::Adam adam(m->parameters(), torch::optim::AdamOptions(1e-3));
-      dcp_load_state_dict(*m, oracle + "/adam", {.prefix = "model."});
-      dcp_load_optimizer_state_dict(*m, adam, oracle + "/adam");
-      adam.zero_grad();
-      model(test::dcp_optim_batch()).pow(2).sum().backward();
-      adam.step();
-      for (const auto& [name, t] : full_state_dict(*m, {.rank0_only = false})) {
-        const auto want = expected.at(name).toTensor();
-        EXPECT_TRUE(torch::allclose(t, want, 1e-5, 1e-6)) << name << ": " << t << " against "
-                                                          << want;
-      }
-    }));
-  }
+  on_two_and_four_ranks([&](int, std::shared_ptr<ProcessGroup> pg) {
+    auto m = test::dcp_optim_model();
+    fully_shard(m[2], pg);
+    auto model = fully_shard(m, pg);
+    torch::optim::Adam adam(m->parameters(), torch::optim::AdamOptions(1e-3));
+    dcp_load_state_dict(*m, oracle + "/adam", {.prefix = "model."});
+    dcp_load_optimizer_state_dict(*m, adam, oracle + "/adam");
+    adam.zero_grad();
+    model(test::dcp_optim_batch()).pow(2).sum().backward();
+    adam.step();
+    for (const auto& [name, t] : full_state_dict(*m, {.rank0_only = false})) {
+      const auto want = expected.at(name).toTensor();
+      EXPECT_TRUE(torch::allclose(t, want, 1e-5, 1e-6)) << name << ": " << t << " against "
+                                                        << want;
+    }
+  });
 }
 
 TEST(DcpSave, ARankKilledMidWriteLeavesNoCheckpoint) {
