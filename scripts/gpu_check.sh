@@ -21,7 +21,9 @@
 # tests/support/nccl_ranks.h); NCCL's failure paths; the example over NCCL; the other GPU tests;
 # the example; the benchmarks. Each has a budget (`plan`); a step gets its budget or what is left
 # of the deadline (GPU_CHECK_SECONDS, default 570), whichever is less, and what no longer fits is
-# reported as not run. After each step RESULTS (default $OUT, else runs/gpu) holds what ran so
+# reported as not run. A step that runs out of time is reported where it hung before it is ended
+# with every process below it (STEP_stuck.txt: scripts/where_stuck.sh). GPU_CHECK_STEPS (names
+# from `plan`, space-separated) runs only those steps, and builds only what they need. After each step RESULTS (default $OUT, else runs/gpu) holds what ran so
 # far in three files: summary.json and summary.txt (the GPU, driver, PyTorch, commit; every
 # step: status, seconds, budget, detail) and logs.tar.gz (every log, each step's gtest XML, the
 # benchmarks' output), so a call that is killed still returns them. Without a GPU `all` says so
@@ -39,9 +41,9 @@ steps=(
   "build 190 configure and build dpx, its tests, the example and dpx-bench (DPX_CUDA=ON)"
   "nccl 50 DDP (2, 3 ranks), fully_shard, SyncBatchNorm, ZeRO, PowerSGD, join over nccl"
   "conformance_nccl 95 the conformance suite's nccl instances"
-  "nccl_faults 40 nccl: a killed rank, a stopped rank: typed errors, no hang"
+  "nccl_faults 45 nccl: a killed rank, a stopped rank: typed errors, no hang"
   "example_nccl 15 the example over nccl, 2 workers sharing the GPU, 1 epoch: at least 85%"
-  "unit 10 unit tests that need a GPU"
+  "unit 5 unit tests that need a GPU"
   "multirank 10 threads-as-ranks tests on the GPU: staged groups, nccl on one rank"
   "multiproc 40 process tests on the GPU over staged groups, the launcher, the example's CLI"
   "bench_ddp 90 DDP step, 300 steps: 1 rank, reduction on, against plain; PyTorch's the same"
@@ -49,6 +51,19 @@ steps=(
   "bench_allreduce 15 all-reduce: nccl on 1 rank, 2 ranks shm-staged on the GPU, 2 CPU ranks"
   "bench_dp 10 DataParallel: 2 replicas sharing cuda:0 against the module alone there"
 )
+
+# GPU_CHECK_STEPS="nccl_faults bench_ddp": only those steps (and the build), in plan order.
+if [ -n "${GPU_CHECK_STEPS:-}" ]; then
+  chosen=("${steps[0]}")
+  for want in $GPU_CHECK_STEPS; do
+    printf '%s\n' "${steps[@]}" | grep -q "^$want " ||
+      { echo "gpu_check: GPU_CHECK_STEPS names '$want', which is no step (gpu_check.sh plan)" >&2; exit 2; }
+  done
+  for s in "${steps[@]:1}"; do
+    [[ " $GPU_CHECK_STEPS " == *" ${s%% *} "* ]] && chosen+=("$s")
+  done
+  steps=("${chosen[@]}")
+fi
 
 plan() {
   local total=0 s name budget what
@@ -111,7 +126,34 @@ limited() {
   local left=$((deadline_s - (SECONDS - start) - 5))
   ((left < limit)) && limit=$left
   ((limit >= 10)) || return 125
-  timeout --kill-after=5 "$limit" "$@"
+  "$@" &
+  local pid=$! waited=0
+  while kill -0 "$pid" 2>/dev/null; do
+    if ((waited >= limit)); then
+      # Out of time: say where every process of the step is before ending them all (a test's
+      # ranks too, which would otherwise outlive it and hold the GPU in the next steps).
+      timeout 20 bash scripts/where_stuck.sh "$pid" 4 >"$work/${current}_stuck.txt" 2>&1
+      end_tree "$pid"
+      wait "$pid" 2>/dev/null
+      return 124
+    fi
+    sleep 1
+    ((++waited))
+  done
+  wait "$pid"
+}
+
+# SIGKILL to a process and everything below it, children first seen top-down.
+end_tree() {
+  local p all=("$1") i=0
+  while ((i < ${#all[@]})); do
+    for p in /proc/[0-9]*; do
+      [ "$(sed 's/.*) //' "$p/stat" 2>/dev/null | cut -d' ' -f2)" = "${all[i]}" ] && all+=("${p#/proc/}")
+    done
+    ((++i))
+  done
+  kill -STOP "${all[@]}" 2>/dev/null  # none forks or restarts another while the rest go
+  kill -KILL "${all[@]}" 2>/dev/null
 }
 
 say() { echo "gpu_check: $*" | tee -a "$work/summary.txt"; }
@@ -132,8 +174,21 @@ PY
   tar czf "$results/logs.tar.gz" -C "$work" --exclude='*.tar.gz' . 2>/dev/null
 }
 
-targets=(dpx_unit_tests dpx_multirank_tests dpx_multiproc_tests dpx_conformance_tests fashion_mnist
-         dpxrun dpx-bench)
+# What each step needs built; the build makes what the chosen steps need (GPU_CHECK_STEPS).
+declare -A needs=([nccl]=dpx_multiproc_tests [conformance_nccl]=dpx_conformance_tests
+                  [nccl_faults]=dpx_multiproc_tests [example_nccl]="fashion_mnist dpxrun"
+                  [unit]=dpx_unit_tests [multirank]=dpx_multirank_tests
+                  [multiproc]="dpx_multiproc_tests fashion_mnist dpxrun"
+                  [bench_ddp]=dpx-bench [example]="fashion_mnist dpxrun" [bench_allreduce]=dpx-bench
+                  [bench_dp]=dpx-bench)
+targets=()
+for s in "${steps[@]}"; do
+  read -r name _ <<<"$s"
+  [ "$name" = build ] && continue
+  for t in ${needs[$name]}; do
+    [[ " ${targets[*]} " == *" $t "* ]] || targets+=("$t")
+  done
+done
 
 step_build() {
   local rc=0 t
@@ -339,12 +394,13 @@ json.dump({"gpu": sys.argv[2], "torch": torch_version, "cuda": cuda, "commit": s
            "deadline_s": int(sys.argv[3]), "steps": []}, open(sys.argv[1], "w"), indent=1)
 PY
 say "$gpu; commit $commit"
-failed=0
+failed=0 built="" current=""
 for s in "${steps[@]}"; do
   read -r name budget _ <<<"$s"
   detail=""
   t0=$SECONDS
-  if [ "$name" != build ] && [ ! -x "$bin/tests/dpx_unit_tests" ]; then
+  current=$name
+  if [ "$name" != build ] && [ "$built" != passed ]; then
     status="not run (no build)"
   else
     "step_$name" "$budget"
@@ -356,6 +412,7 @@ for s in "${steps[@]}"; do
       *) status="failed (exit $rc)" ;;
     esac
   fi
+  [ "$name" = build ] && built=$status
   [ "$status" = passed ] || failed=1
   record "$name" "$status" $((SECONDS - t0)) "$budget" "$detail"
 done

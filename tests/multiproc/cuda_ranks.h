@@ -46,15 +46,17 @@ class GpuRanksTest : public ::testing::TestWithParam<std::string> {
 
 // `world` ranks on cuda:0 over `backend` (gpu_sharing_backends), each in a process of its own;
 // with nccl, on a GPU each where there are enough. Returns the ranks' results, checked unless
-// `check_all_ok` is false (a test that kills a rank judges them itself).
+// `check_all_ok` is false (a test that kills a rank judges them itself). Ranks still running
+// `grace` after the group's timeout are killed and reported as timed out.
 template <typename Body>
 std::vector<ProcResult> on_gpu_ranks(const std::string& backend, int world, Body body,
                                      std::chrono::milliseconds timeout = std::chrono::seconds(60),
-                                     bool check_all_ok = true) {
+                                     bool check_all_ok = true,
+                                     std::chrono::milliseconds grace = std::chrono::seconds(60)) {
   StoreServer server;
   const int gpus = backend == "nccl" ? gpus_seen_by_a_child() : 1;
   ProcOptions procs;
-  procs.timeout = timeout + std::chrono::seconds(60);
+  procs.timeout = timeout + grace;
   auto results = run_processes(world, [&](int rank) {
     const at::Device device =
         backend == "nccl" ? nccl_rank_device(rank, world, gpus) : at::Device("cuda:0");
