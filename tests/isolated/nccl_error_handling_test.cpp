@@ -16,10 +16,13 @@ namespace {
 
 using test::run_in_child;
 
-std::string mode() {
-  const char* v = std::getenv("TORCH_NCCL_ASYNC_ERROR_HANDLING");
+std::string env(const char* name) {
+  const char* v = std::getenv(name);
   return v ? v : "(unset)";
 }
+
+std::string mode() { return env("TORCH_NCCL_ASYNC_ERROR_HANDLING"); }
+std::string dump_wait() { return env("TORCH_NCCL_WAIT_TIMEOUT_DUMP_MILSEC"); }
 
 TEST(NcclErrorHandling, InitProcessChoosesCleanUpOnlyWhereDpxHasCuda) {
   run_in_child([] {
@@ -48,6 +51,40 @@ TEST(NcclErrorHandling, LeftAloneWhenTheProgramSaysSo) {
     init_process(o);
     auto pg = test::init_single_rank(std::nullopt);
     EXPECT_EQ(mode(), "3");
+  });
+}
+
+// Note [Destroying a failed NCCL group promptly]: c10d's watchdog sleeps 4 x this wait after a
+// failure, and destroying the group joins it; dpx shortens it unless the program set it, turned
+// the flight recorder on, or handles NCCL errors itself.
+TEST(NcclErrorHandling, TheFlightRecorderDumpWaitIsShortUnlessTheProgramWantsIt) {
+  run_in_child([] {
+    ::unsetenv("TORCH_NCCL_WAIT_TIMEOUT_DUMP_MILSEC");
+    init_process();
+    EXPECT_EQ(dump_wait(), cuda::built() ? "250" : "(unset)");
+  });
+  run_in_child([] {
+    ::setenv("TORCH_NCCL_WAIT_TIMEOUT_DUMP_MILSEC", "30000", 1);
+    init_process();
+    EXPECT_EQ(dump_wait(), "30000");
+  });
+  run_in_child([] {
+    ::unsetenv("TORCH_NCCL_WAIT_TIMEOUT_DUMP_MILSEC");
+    ::setenv("TORCH_NCCL_TRACE_BUFFER_SIZE", "2000", 1);
+    init_process();
+    EXPECT_EQ(dump_wait(), "(unset)");
+  });
+  run_in_child([] {
+    ::unsetenv("TORCH_NCCL_WAIT_TIMEOUT_DUMP_MILSEC");
+    ::setenv("TORCH_NCCL_TRACE_BUFFER_SIZE", "0", 1);
+    init_process();
+    EXPECT_EQ(dump_wait(), cuda::built() ? "250" : "(unset)");
+  });
+  run_in_child([] {
+    ::unsetenv("TORCH_NCCL_WAIT_TIMEOUT_DUMP_MILSEC");
+    ::setenv("DPX_NCCL_ERROR_HANDLING", "c10d", 1);
+    init_process();
+    EXPECT_EQ(dump_wait(), "(unset)");
   });
 }
 

@@ -13,6 +13,16 @@ namespace {
 
 constexpr const char* kVariable = "TORCH_NCCL_ASYNC_ERROR_HANDLING";
 constexpr const char* kCleanUpOnly = "2";
+// Note [Destroying a failed NCCL group promptly]
+constexpr const char* kDumpWait = "TORCH_NCCL_WAIT_TIMEOUT_DUMP_MILSEC";
+constexpr const char* kDumpWaitMs = "250";
+constexpr const char* kTraceBuffer = "TORCH_NCCL_TRACE_BUFFER_SIZE";
+
+// Whether the program asked for c10d's flight recorder, whose dump the wait is for.
+bool flight_recorder_on() {
+  const auto size = env_string(kTraceBuffer);
+  return size && *size != "0";
+}
 
 }  // namespace
 
@@ -30,7 +40,9 @@ void choose_nccl_error_handling() {
   if (!cuda::built()) return;
   static std::once_flag once;
   std::call_once(once, [] {
-    if (dpx_handles_nccl_errors() && !nccl_errors_reach_dpx()) ::setenv(kVariable, kCleanUpOnly, 1);
+    if (!dpx_handles_nccl_errors()) return;
+    if (!nccl_errors_reach_dpx()) ::setenv(kVariable, kCleanUpOnly, 1);
+    if (!env_string(kDumpWait) && !flight_recorder_on()) ::setenv(kDumpWait, kDumpWaitMs, 1);
   });
 }
 
