@@ -14,6 +14,7 @@
 #                                            gtest filter must match tests (CTest
 #                                            scripts.gpu_check_dry_run, so CI finds the script's
 #                                            own mistakes before a GPU is at hand)
+#   bash scripts/gpu_check.sh selftest       a step out of time: its report and its processes ended
 #   bash scripts/gpu_check.sh all [RESULTS]  on the GPU machine: every step, under one deadline
 #
 # Steps run in priority order: the build; NCCL's correctness with several ranks (they share the
@@ -357,14 +358,31 @@ step_bench_dp() {
   detail="$(grep -E 'sharing cuda:0' "$work/dp.txt" | tr -s ' ')"
 }
 
+# Without a GPU: a step that outlives its budget comes back as 124, with a report of where its
+# processes were (naming the one its child forked) and none of them left running.
+selftest() {
+  work="$(mktemp -d)" current=selftest
+  local marker="dpx-selftest-$$" rc=0 left
+  limited 10 bash -c "exec -a $marker sleep 300 & sleep 300" >/dev/null 2>&1 || rc=$?
+  local f
+  left=""
+  for f in /proc/[0-9]*/cmdline; do  # argv[0] is the marker only in the processes it started
+    [ "$(tr '\0' '\n' <"$f" 2>/dev/null | head -n 1)" = "$marker" ] && left+="${f%/cmdline} "
+  done
+  grep -q "$marker" "$work/selftest_stuck.txt" 2>/dev/null && ((rc == 124)) && [ -z "$left" ] &&
+    echo "gpu_check selftest: PASS" || echo "gpu_check selftest: FAIL (rc $rc, left '$left')"
+  rm -rf "$work"
+}
+
 dry=0
 bin=build-gpu
 case "${1:-}" in
   pack) pack; exit ;;
   plan) plan; exit ;;
   dry-run) dry=1; bin=${2:?usage: gpu_check.sh dry-run BUILD_DIR}; plan >/dev/null || exit 1 ;;
+  selftest) selftest; exit ;;
   all) ;;
-  *) echo "usage: $0 pack | plan | dry-run BUILD_DIR | all [RESULTS_DIR]" >&2; exit 2 ;;
+  *) echo "usage: $0 pack | plan | dry-run BUILD_DIR | selftest | all [RESULTS_DIR]" >&2; exit 2 ;;
 esac
 # DPX_COMMIT first: a GPU machine's copy of the tree may carry a .git that is not this tree's.
 commit="${DPX_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || echo unknown)}"

@@ -12,3 +12,10 @@ set_tests_properties(scripts.gpu_check_without_gpu PROPERTIES LABELS "scripts" T
 add_test(NAME scripts.gpu_check_dry_run
   COMMAND bash ${PROJECT_SOURCE_DIR}/scripts/gpu_check.sh dry-run ${CMAKE_BINARY_DIR})
 set_tests_properties(scripts.gpu_check_dry_run PROPERTIES LABELS "scripts" TIMEOUT 300)
+
+# A step that runs out of time is reported where it hung (scripts/where_stuck.sh) and ended with
+# every process below it, the ranks a test forked too.
+add_test(NAME scripts.gpu_check_step_out_of_time
+  COMMAND bash ${PROJECT_SOURCE_DIR}/scripts/gpu_check.sh selftest)
+set_tests_properties(scripts.gpu_check_step_out_of_time PROPERTIES LABELS "scripts" TIMEOUT 60
+  PASS_REGULAR_EXPRESSION "selftest: PASS")
