@@ -69,6 +69,21 @@ std::vector<std::string> run_threads(int world, const std::function<void(int)>& 
 
 namespace {
 
+// Where a hung rank is, each thread's stack among it (scripts/where_stuck.sh, run before the rank
+// is killed), so that a test that hangs says where and not only that it did.
+std::string where_stuck(pid_t pid) {
+  const std::string cmd = "timeout 20 bash '" DPX_SOURCE_DIR "/scripts/where_stuck.sh' " +
+                          std::to_string(pid) + " 8 2>&1";
+  std::string out;
+  if (FILE* p = ::popen(cmd.c_str(), "r")) {
+    char buf[4096];
+    std::size_t n;
+    while ((n = std::fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
+    ::pclose(p);
+  }
+  return out;
+}
+
 // Forks the ranks; no process-wide choice is made here (run_in_child needs none).
 std::vector<ProcResult> fork_ranks(int world, const std::function<void(int)>& fn,
                                    ProcOptions options) {
@@ -124,7 +139,9 @@ std::vector<ProcResult> fork_ranks(int world, const std::function<void(int)>& fn
     }
     if (std::chrono::steady_clock::now() > deadline) {
       for (int r = 0; r < world; ++r) {
-        if (pids[r] > 0) results[r].timed_out = true;
+        if (pids[r] <= 0) continue;
+        results[r].timed_out = true;
+        results[r].where_stuck = where_stuck(pids[r]);
       }
       break;
     }
@@ -134,6 +151,7 @@ std::vector<ProcResult> fork_ranks(int world, const std::function<void(int)>& fn
   for (int r = 0; r < world; ++r) {
     std::string log = dir + "/rank" + std::to_string(r) + ".log";
     results[r].output = read_file(log);
+    if (results[r].timed_out) results[r].output += "\n--- where it hung:\n" + results[r].where_stuck;
     ::unlink(log.c_str());
   }
   ::rmdir(dir.c_str());

@@ -32,7 +32,8 @@ struct ProcResult {
   int exit_code = -1;  // -1 when killed by a signal
   int signal = 0;
   bool timed_out = false;
-  std::string output;  // the child's stdout and stderr
+  std::string output;  // the child's stdout and stderr; for a hung child, where it hung
+  std::string where_stuck;  // scripts/where_stuck.sh on a child that outlived the timeout
   bool ok() const { return exit_code == 0 && !timed_out; }
 };
 
