@@ -52,7 +52,7 @@ struct Args {
 // under DPX_MALLOC=system); the other Python ones run glibc's defaults.
 enum class Mode {
   kPlain, kPlainRetain, kPlainPair, kPlainPairRetain, kDdp1, kDdp1Reduce, kDdp2, kDdp2View,
-  kDdp2Timeline,
+  kDdp2Timeline, kDdp2Nccl,
   kManual2,
   kManual2Retain,
   kPython2, kPython2Retain,
@@ -62,14 +62,17 @@ enum class Mode {
 // Every configuration, in the first round's order.
 const std::vector<Mode> kAllModes = {
     Mode::kPlain, Mode::kPlainRetain, Mode::kPlainPair, Mode::kPlainPairRetain, Mode::kDdp1,
-    Mode::kDdp1Reduce, Mode::kDdp2, Mode::kDdp2View, Mode::kDdp2Timeline, Mode::kManual2,
+    Mode::kDdp1Reduce, Mode::kDdp2, Mode::kDdp2View, Mode::kDdp2Timeline, Mode::kDdp2Nccl,
+    Mode::kManual2,
     Mode::kManual2Retain, Mode::kPython2, Mode::kPython2Retain, Mode::kPythonPlain,
     Mode::kPython1};
 
 // Python DDP at 1 rank against Python without DDP prices PyTorch's own DDP where dpx's ddp1r
 // runs, so that dpx's ratio can be read against it; two more Python starts per model and round
-// are not worth it for every run, so --configs names them.
-bool is_opt_in(Mode m) { return m == Mode::kPythonPlain || m == Mode::kPython1; }
+// are not worth it for every run, so --configs names them. ddp2-nccl needs CUDA and NCCL.
+bool is_opt_in(Mode m) {
+  return m == Mode::kPythonPlain || m == Mode::kPython1 || m == Mode::kDdp2Nccl;
+}
 
 const char* base_name_of(Mode m) {
   switch (m) {
@@ -82,6 +85,7 @@ const char* base_name_of(Mode m) {
     case Mode::kDdp2: return "dpx DDP, 2 ranks";
     case Mode::kDdp2View: return "dpx DDP, 2 ranks, gradient_as_bucket_view";
     case Mode::kDdp2Timeline: return "dpx DDP, 2 ranks, timeline on";
+    case Mode::kDdp2Nccl: return "dpx DDP, 2 ranks over nccl";
     case Mode::kManual2: return "hand-written all-reduce loop, 2 ranks";
     case Mode::kManual2Retain: return "hand-written all-reduce loop, 2 ranks, retained memory";
     case Mode::kPython2: return "Python DDP (gloo), 2 ranks";
@@ -127,7 +131,7 @@ constexpr const char* kRetainTunables =
 
 bool is_ddp(Mode m) {
   return m == Mode::kDdp1 || m == Mode::kDdp1Reduce || m == Mode::kDdp2 || m == Mode::kDdp2View ||
-         m == Mode::kDdp2Timeline;
+         m == Mode::kDdp2Timeline || m == Mode::kDdp2Nccl;
 }
 bool communicates(Mode m) { return is_ddp(m) || is_manual(m); }
 
@@ -142,6 +146,7 @@ const char* key_of(Mode m) {
     case Mode::kDdp2: return "ddp2";
     case Mode::kDdp2View: return "ddp2-view";
     case Mode::kDdp2Timeline: return "ddp2-timeline";
+    case Mode::kDdp2Nccl: return "ddp2-nccl";
     case Mode::kManual2: return "manual";
     case Mode::kManual2Retain: return "manual-retain";
     case Mode::kPython2: return "python";
@@ -202,6 +207,16 @@ void train(Model model, const Args& a, Mode mode, const std::string& model_name,
   const int world = world_of(mode, a.world);
   // Chosen in the forked child: the parent never makes a CUDA context (a child could not use it).
   const at::Device device = cuda::local_device(at::Device(a.device), rank);
+  const bool nccl = mode == Mode::kDdp2Nccl;
+  TORCH_CHECK(!nccl || device.is_cuda(), "ddp2-nccl needs --device cuda");
+  if (nccl && cuda::device_count() < world) {
+    // Ranks sharing a GPU: each a host of its own to NCCL, which otherwise refuses two ranks on
+    // one GPU (Note [NCCL ranks sharing a GPU] in tests/support/nccl_ranks.h); set before NCCL
+    // first runs in this process.
+    ::setenv("NCCL_HOSTID", ("dpx-bench-host-" + std::to_string(rank)).c_str(), 1);
+    ::setenv("NCCL_SOCKET_IFNAME", "lo", 0);
+    ::setenv("NCCL_IB_DISABLE", "1", 0);
+  }
   if (!device.is_cpu()) model->to(device);
   std::shared_ptr<ProcessGroup> pg;
   if (communicates(mode)) {
@@ -209,7 +224,7 @@ void train(Model model, const Args& a, Mode mode, const std::string& model_name,
     so.port = port;
     ProcessGroup::Options po;
     po.device = device;
-    pg = new_process_group(a.backend, Store::tcp(so), rank, world, po);
+    pg = new_process_group(nccl ? "nccl" : a.backend, Store::tcp(so), rank, world, po);
   }
   // Ranks of one host share the steady clock: no alignment needed. The file is written after
   // the timed steps, and only when asked (--timeline).
@@ -459,14 +474,16 @@ void add_flags(CLI::App& app, Args& a) {
                  "ddp2-timeline writes its ranks' timelines to PREFIX.<model>.rank<R>.json");
   app.add_option("--configs", a.configs,
                  "a subset of plain,plain-retain,pair,pair-retain,ddp1,ddp1r,ddp2,ddp2-view,"
-                 "ddp2-timeline,manual,manual-retain,python,python-retain,pyplain,python1 "
-                 "(default all but pyplain and python1: the same loop in Python without DDP, and "
-                 "Python DDP on 1 rank, gloo on CPU and nccl on CUDA; their ratio is PyTorch's "
-                 "own cost of DDP, beside ddp1r/plain)")
+                 "ddp2-timeline,ddp2-nccl,manual,manual-retain,python,python-retain,pyplain,"
+                 "python1 (default all but pyplain, python1 and ddp2-nccl: the same loop in Python "
+                 "without DDP, and Python DDP on 1 rank, gloo on CPU and nccl on CUDA, whose "
+                 "ratio is PyTorch's own cost of DDP, beside ddp1r/plain; and DDP over nccl with "
+                 "--device cuda, each rank a host of its own to NCCL where ranks share a GPU, "
+                 "beside pair)")
       ->delimiter(',')
       ->check(CLI::IsMember({"plain", "plain-retain", "pair", "pair-retain", "ddp1", "ddp1r",
-                             "ddp2", "ddp2-view", "ddp2-timeline", "manual", "manual-retain",
-                             "python", "python-retain", "pyplain", "python1"}));
+                             "ddp2", "ddp2-view", "ddp2-timeline", "ddp2-nccl", "manual",
+                             "manual-retain", "python", "python-retain", "pyplain", "python1"}));
 }
 
 void report(const Args& a, const std::string& model, const std::vector<Mode>& modes,
@@ -522,6 +539,7 @@ void report(const Args& a, const std::string& model, const std::vector<Mode>& mo
   };
   std::printf("\n");
   line("dpx DDP 2 ranks / 2 independent processes", Mode::kDdp2, Mode::kPlainPair);
+  line("dpx DDP 2 ranks over nccl / 2 independent processes", Mode::kDdp2Nccl, Mode::kPlainPair);
   line("dpx DDP 2 ranks / 2 independent processes, retained memory", Mode::kDdp2,
        Mode::kPlainPairRetain);
   line("dpx DDP 1 rank / plain", Mode::kDdp1, Mode::kPlain);

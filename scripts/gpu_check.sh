@@ -47,7 +47,7 @@ steps=(
   "unit 5 unit tests that need a GPU"
   "multirank 8 threads-as-ranks tests on the GPU: staged groups, nccl on one rank"
   "multiproc 38 process tests on the GPU over staged groups, the launcher, the example's CLI"
-  "bench_ddp 68 DDP step, 300 steps, 1 round: 1 rank, reduction on, against plain; PyTorch's the same"
+  "bench_ddp 68 DDP step, 1 round: 1 rank, reduction on, against plain; 2 nccl ranks against 2 plain processes"
   "example 6 the example on the GPU, 2 workers, shm-staged, 1 epoch: at least 85%"
   "bench_allreduce 15 all-reduce: nccl on 1 rank, 2 ranks shm-staged on the GPU, 2 CPU ranks"
   "bench_dp 8 DataParallel: 2 replicas sharing cuda:0 against the module alone there"
@@ -336,15 +336,17 @@ step_bench_allreduce() {
   return "$status"
 }
 
-# DDP on the GPU, 300 timed steps per configuration, one round (each configuration starts a
-# process, ~4.5 s of CUDA start-up, so one round is what the budget holds; a round is one
-# sample, not a median): 1 rank with the reduction on (PyTorch's DDP reduces at world size 1)
-# against plain LibTorch, and PyTorch's DDP at world size 1 against the same loop in Python, in
-# the same run. More rounds, the passthrough and 2 ranks against Python DDP, when a call has the
-# time: `dpx-bench ddp --device cuda --configs plain,ddp1,ddp1r,ddp2,python --rounds 3`.
+# DDP on the GPU, one round (each configuration starts its processes, ~4.5 s of CUDA start-up
+# each, so one round is what the budget holds; a round is one sample, not a median), 300 timed
+# steps per configuration but 2 ranks over nccl on the MLP (its 96 MB of gradients cross
+# loopback sockets each step): 1 rank with the reduction on (PyTorch's DDP reduces at world
+# size 1) against plain LibTorch; 2 DDP ranks over nccl sharing the GPU, each a host of its own
+# to NCCL, against 2 independent plain processes sharing it. PyTorch's own cost of DDP at world
+# size 1 (run 2026-11-28-3), more rounds, the passthrough and 2 ranks against Python DDP, when a
+# call has the time: `dpx-bench ddp --device cuda --configs plain,ddp1r,pyplain,python1 --rounds 3`.
 step_bench_ddp() {
   limited "$1" "$bin/bench/dpx-bench" ddp --device cuda --backend auto \
-    --configs plain,ddp1r,pyplain,python1 --rounds 1 \
+    --configs plain,ddp1r,pair,ddp2-nccl --rounds 1 --steps ddp2-nccl:mlp=60 \
     >"$work/ddp.txt" 2>&1 || return $?
   ((dry)) && return 0
   detail="$(grep -E '^- ' "$work/ddp.txt" | tr '\n' ' ')"
