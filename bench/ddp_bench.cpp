@@ -51,7 +51,8 @@ struct Args {
 // DDP or not, run DPX_MALLOC's policy (retain when unset, so they differ from "-retain" only
 // under DPX_MALLOC=system); the other Python ones run glibc's defaults.
 enum class Mode {
-  kPlain, kPlainRetain, kPlainPair, kPlainPairRetain, kDdp1, kDdp1Reduce, kDdp2, kDdp2View,
+  kPlain, kPlainRetain, kPlainPair, kPlainPairRetain, kDdp1, kDdp1Reduce, kDdp1ReduceView,
+  kDdp2, kDdp2View,
   kDdp2Timeline, kDdp2Nccl,
   kManual2,
   kManual2Retain,
@@ -62,16 +63,18 @@ enum class Mode {
 // Every configuration, in the first round's order.
 const std::vector<Mode> kAllModes = {
     Mode::kPlain, Mode::kPlainRetain, Mode::kPlainPair, Mode::kPlainPairRetain, Mode::kDdp1,
-    Mode::kDdp1Reduce, Mode::kDdp2, Mode::kDdp2View, Mode::kDdp2Timeline, Mode::kDdp2Nccl,
+    Mode::kDdp1Reduce, Mode::kDdp1ReduceView, Mode::kDdp2, Mode::kDdp2View, Mode::kDdp2Timeline, Mode::kDdp2Nccl,
     Mode::kManual2,
     Mode::kManual2Retain, Mode::kPython2, Mode::kPython2Retain, Mode::kPythonPlain,
     Mode::kPython1};
 
 // Python DDP at 1 rank against Python without DDP prices PyTorch's own DDP where dpx's ddp1r
 // runs, so that dpx's ratio can be read against it; two more Python starts per model and round
-// are not worth it for every run, so --configs names them. ddp2-nccl needs CUDA and NCCL.
+// are not worth it for every run, so --configs names them. ddp2-nccl needs CUDA and NCCL;
+// ddp1r-view asks what ddp1r's copies into the buckets and back cost.
 bool is_opt_in(Mode m) {
-  return m == Mode::kPythonPlain || m == Mode::kPython1 || m == Mode::kDdp2Nccl;
+  return m == Mode::kPythonPlain || m == Mode::kPython1 || m == Mode::kDdp2Nccl ||
+         m == Mode::kDdp1ReduceView;
 }
 
 const char* base_name_of(Mode m) {
@@ -82,6 +85,7 @@ const char* base_name_of(Mode m) {
     case Mode::kPlainPairRetain: return "2 independent plain processes, retained memory";
     case Mode::kDdp1: return "dpx DDP, 1 rank";
     case Mode::kDdp1Reduce: return "dpx DDP, 1 rank, reduction on";
+    case Mode::kDdp1ReduceView: return "dpx DDP, 1 rank, reduction on, gradient_as_bucket_view";
     case Mode::kDdp2: return "dpx DDP, 2 ranks";
     case Mode::kDdp2View: return "dpx DDP, 2 ranks, gradient_as_bucket_view";
     case Mode::kDdp2Timeline: return "dpx DDP, 2 ranks, timeline on";
@@ -111,7 +115,8 @@ std::string name_of(Mode m, int world) { return for_world(base_name_of(m), world
 
 int world_of(Mode m, int world) {
   const bool one = m == Mode::kPlain || m == Mode::kPlainRetain || m == Mode::kDdp1 ||
-                   m == Mode::kDdp1Reduce || m == Mode::kPythonPlain || m == Mode::kPython1;
+                   m == Mode::kDdp1Reduce || m == Mode::kDdp1ReduceView ||
+                   m == Mode::kPythonPlain || m == Mode::kPython1;
   return one ? 1 : world;
 }
 bool is_pair(Mode m) { return m == Mode::kPlainPair || m == Mode::kPlainPairRetain; }
@@ -130,8 +135,9 @@ constexpr const char* kRetainTunables =
     "glibc.malloc.mmap_max=0:glibc.malloc.trim_threshold=2147483647";
 
 bool is_ddp(Mode m) {
-  return m == Mode::kDdp1 || m == Mode::kDdp1Reduce || m == Mode::kDdp2 || m == Mode::kDdp2View ||
-         m == Mode::kDdp2Timeline || m == Mode::kDdp2Nccl;
+  return m == Mode::kDdp1 || m == Mode::kDdp1Reduce || m == Mode::kDdp1ReduceView ||
+         m == Mode::kDdp2 || m == Mode::kDdp2View || m == Mode::kDdp2Timeline ||
+         m == Mode::kDdp2Nccl;
 }
 bool communicates(Mode m) { return is_ddp(m) || is_manual(m); }
 
@@ -143,6 +149,7 @@ const char* key_of(Mode m) {
     case Mode::kPlainPairRetain: return "pair-retain";
     case Mode::kDdp1: return "ddp1";
     case Mode::kDdp1Reduce: return "ddp1r";
+    case Mode::kDdp1ReduceView: return "ddp1r-view";
     case Mode::kDdp2: return "ddp2";
     case Mode::kDdp2View: return "ddp2-view";
     case Mode::kDdp2Timeline: return "ddp2-timeline";
@@ -240,12 +247,15 @@ void train(Model model, const Args& a, Mode mode, const std::string& model_name,
   DistributedDataParallel<typename Model::ContainedType> ddp = nullptr;  // empty: no DDP
   if (is_ddp(mode)) {
     DistributedDataParallelOptions options;
-    options.gradient_as_bucket_view = mode == Mode::kDdp2View;
+    // Gradients as views into the buckets: no copy into a bucket and back per parameter.
+    options.gradient_as_bucket_view = mode == Mode::kDdp2View || mode == Mode::kDdp1ReduceView;
     ddp = DistributedDataParallel(model, pg, options);
     // One rank reduces nothing (Note [One rank] in src/ddp/reducer_step.cpp); PyTorch's DDP
     // still copies the gradients into buckets, all-reduces each bucket and copies them back,
     // which the built-in all-reduce hook makes dpx do too.
-    if (mode == Mode::kDdp1Reduce) ddp->register_comm_hook({}, hooks::allreduce_hook);
+    if (mode == Mode::kDdp1Reduce || mode == Mode::kDdp1ReduceView) {
+      ddp->register_comm_hook({}, hooks::allreduce_hook);
+    }
   }
   torch::optim::SGD opt(model->parameters(), 0.01);
   auto step = [&] {
@@ -473,16 +483,17 @@ void add_flags(CLI::App& app, Args& a) {
   app.add_option("--timeline", a.timeline,
                  "ddp2-timeline writes its ranks' timelines to PREFIX.<model>.rank<R>.json");
   app.add_option("--configs", a.configs,
-                 "a subset of plain,plain-retain,pair,pair-retain,ddp1,ddp1r,ddp2,ddp2-view,"
+                 "a subset of plain,plain-retain,pair,pair-retain,ddp1,ddp1r,ddp1r-view,ddp2,"
+                 "ddp2-view,"
                  "ddp2-timeline,ddp2-nccl,manual,manual-retain,python,python-retain,pyplain,"
-                 "python1 (default all but pyplain, python1 and ddp2-nccl: the same loop in Python "
-                 "without DDP, and Python DDP on 1 rank, gloo on CPU and nccl on CUDA, whose "
-                 "ratio is PyTorch's own cost of DDP, beside ddp1r/plain; and DDP over nccl with "
-                 "--device cuda, each rank a host of its own to NCCL where ranks share a GPU, "
-                 "beside pair)")
+                 "python1 (default all but pyplain, python1, ddp1r-view and ddp2-nccl: the same "
+                 "loop in Python without DDP, and Python DDP on 1 rank, gloo on CPU and nccl on "
+                 "CUDA, whose ratio is PyTorch's own cost of DDP, beside ddp1r/plain; ddp1r with "
+                 "gradients as bucket views; and DDP over nccl with --device cuda, each rank a "
+                 "host of its own to NCCL where ranks share a GPU, beside pair)")
       ->delimiter(',')
       ->check(CLI::IsMember({"plain", "plain-retain", "pair", "pair-retain", "ddp1", "ddp1r",
-                             "ddp2", "ddp2-view", "ddp2-timeline", "ddp2-nccl", "manual",
+                             "ddp1r-view", "ddp2", "ddp2-view", "ddp2-timeline", "ddp2-nccl", "manual",
                              "manual-retain", "python", "python-retain", "pyplain", "python1"}));
 }
 
@@ -545,6 +556,8 @@ void report(const Args& a, const std::string& model, const std::vector<Mode>& mo
   line("dpx DDP 1 rank / plain", Mode::kDdp1, Mode::kPlain);
   line("dpx DDP 1 rank / plain, retained memory", Mode::kDdp1, Mode::kPlainRetain);
   line("dpx DDP 1 rank, reduction on / plain", Mode::kDdp1Reduce, Mode::kPlain);
+  line("dpx DDP 1 rank, reduction on, gradient_as_bucket_view / plain", Mode::kDdp1ReduceView,
+       Mode::kPlain);
   line("Python DDP 1 rank / Python plain", Mode::kPython1, Mode::kPythonPlain);
   line("dpx DDP 2 ranks / hand-written loop", Mode::kDdp2, Mode::kManual2);
   line("dpx DDP 2 ranks / hand-written loop, retained memory", Mode::kDdp2, Mode::kManual2Retain);

@@ -40,14 +40,14 @@ start=$SECONDS
 # name budget(s) what
 steps=(
   "build 190 configure and build dpx, its tests, the example and dpx-bench (DPX_CUDA=ON)"
-  "nccl 45 DDP (2, 3 ranks), fully_shard, SyncBatchNorm, ZeRO, PowerSGD, join over nccl"
-  "conformance_nccl 140 the conformance suite's nccl instances"
+  "nccl 43 DDP (2, 3 ranks), fully_shard, SyncBatchNorm, ZeRO, PowerSGD, join over nccl"
+  "conformance_nccl 133 the conformance suite's nccl instances"
   "nccl_faults 35 nccl: a killed rank, a stopped rank: typed errors, no hang"
-  "example_nccl 12 the example over nccl, 2 workers sharing the GPU, 1 epoch: at least 85%"
+  "example_nccl 11 the example over nccl, 2 workers sharing the GPU, 1 epoch: at least 85%"
   "unit 5 unit tests that need a GPU"
   "multirank 8 threads-as-ranks tests on the GPU: staged groups, nccl on one rank"
-  "multiproc 38 process tests on the GPU over staged groups, the launcher, the example's CLI"
-  "bench_ddp 68 DDP step, 1 round: 1 rank, reduction on, against plain; 2 nccl ranks against 2 plain processes"
+  "multiproc 36 process tests on the GPU over staged groups, the launcher, the example's CLI"
+  "bench_ddp 80 DDP step, 1 round: 1 rank, reduction on (views or not), against plain; 2 nccl ranks against 2 plain processes"
   "example 6 the example on the GPU, 2 workers, shm-staged, 1 epoch: at least 85%"
   "bench_allreduce 15 all-reduce: nccl on 1 rank, 2 ranks shm-staged on the GPU, 2 CPU ranks"
   "bench_dp 8 DataParallel: 2 replicas sharing cuda:0 against the module alone there"
@@ -340,13 +340,14 @@ step_bench_allreduce() {
 # each, so one round is what the budget holds; a round is one sample, not a median), 300 timed
 # steps per configuration but 2 ranks over nccl on the MLP (its 96 MB of gradients cross
 # loopback sockets each step): 1 rank with the reduction on (PyTorch's DDP reduces at world
-# size 1) against plain LibTorch; 2 DDP ranks over nccl sharing the GPU, each a host of its own
-# to NCCL, against 2 independent plain processes sharing it. PyTorch's own cost of DDP at world
+# size 1) against plain LibTorch, with and without gradients as bucket views (which drop the
+# copies into the buckets and back: what they cost); 2 DDP ranks over nccl sharing the GPU,
+# each a host of its own to NCCL, against 2 independent plain processes sharing it. PyTorch's own cost of DDP at world
 # size 1 (run 2026-11-28-3), more rounds, the passthrough and 2 ranks against Python DDP, when a
 # call has the time: `dpx-bench ddp --device cuda --configs plain,ddp1r,pyplain,python1 --rounds 3`.
 step_bench_ddp() {
   limited "$1" "$bin/bench/dpx-bench" ddp --device cuda --backend auto \
-    --configs plain,ddp1r,pair,ddp2-nccl --rounds 1 --steps ddp2-nccl:mlp=60 \
+    --configs plain,ddp1r,ddp1r-view,pair,ddp2-nccl --rounds 1 --steps ddp2-nccl:mlp=60 \
     >"$work/ddp.txt" 2>&1 || return $?
   ((dry)) && return 0
   detail="$(grep -E '^- ' "$work/ddp.txt" | tr '\n' ' ')"

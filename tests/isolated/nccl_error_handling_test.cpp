@@ -54,9 +54,9 @@ TEST(NcclErrorHandling, LeftAloneWhenTheProgramSaysSo) {
   });
 }
 
-// Note [Destroying a failed NCCL group promptly]: c10d's watchdog sleeps 4 x this wait after a
-// failure, and destroying the group joins it; dpx shortens it unless the program set it, turned
-// the flight recorder on, or handles NCCL errors itself.
+// c10d's watchdog sleeps 4 x this wait after a failure, and destroying the group joins it; dpx
+// shortens it unless the program set it, turned the flight recorder on, or handles NCCL errors
+// itself (Note [Destroying a failed NCCL group promptly]).
 TEST(NcclErrorHandling, TheFlightRecorderDumpWaitIsShortUnlessTheProgramWantsIt) {
   run_in_child([] {
     ::unsetenv("TORCH_NCCL_WAIT_TIMEOUT_DUMP_MILSEC");

@@ -13,7 +13,7 @@ namespace {
 
 constexpr const char* kVariable = "TORCH_NCCL_ASYNC_ERROR_HANDLING";
 constexpr const char* kCleanUpOnly = "2";
-// Note [Destroying a failed NCCL group promptly]
+// The flight recorder's dump wait (Note [Destroying a failed NCCL group promptly]).
 constexpr const char* kDumpWait = "TORCH_NCCL_WAIT_TIMEOUT_DUMP_MILSEC";
 constexpr const char* kDumpWaitMs = "250";
 constexpr const char* kTraceBuffer = "TORCH_NCCL_TRACE_BUFFER_SIZE";

@@ -29,10 +29,10 @@ namespace dpx::detail {
 // Whether dpx handles NCCL errors (DPX_NCCL_ERROR_HANDLING: dpx, the default, or c10d).
 bool dpx_handles_nccl_errors();
 
-// Sets TORCH_NCCL_ASYNC_ERROR_HANDLING=2, and TORCH_NCCL_WAIT_TIMEOUT_DUMP_MILSEC as Note
-// [Destroying a failed NCCL group promptly] says, in a dpx built with CUDA when dpx handles NCCL
-// errors, the first time it is called; nothing otherwise (a dpx without CUDA does not read
-// DPX_NCCL_ERROR_HANDLING at all).
+// Sets TORCH_NCCL_ASYNC_ERROR_HANDLING=2, and TORCH_NCCL_WAIT_TIMEOUT_DUMP_MILSEC as
+// (Note [Destroying a failed NCCL group promptly]) says, in a dpx built with CUDA when dpx
+// handles NCCL errors, the first time it is called; nothing otherwise (a dpx without CUDA does
+// not read DPX_NCCL_ERROR_HANDLING at all).
 void choose_nccl_error_handling();
 
 // Whether c10d's NCCL groups made now get mode 2.
