@@ -346,9 +346,12 @@ TEST(MpiDdp, EquivalentToOneProcess) {
 // set-up ends in TimeoutError within the group's timeout instead of blocking in MPI. MPI's
 // group creations are then out of step across ranks, so nothing else runs after it.
 TEST(MpiSetupTimeout, DISABLED_ARankThatNeverMakesTheGroup) {
+  // Before MPI is up, the launcher's variables say who this is: OpenMPI's mpirun, else MPICH's
+  // Hydra (PMI_RANK, PMI_SIZE).
   const char* rank = std::getenv("OMPI_COMM_WORLD_RANK");
   const char* size = std::getenv("OMPI_COMM_WORLD_SIZE");
-  ASSERT_TRUE(rank && size) << "run under mpirun.openmpi";
+  if (!rank || !size) rank = std::getenv("PMI_RANK"), size = std::getenv("PMI_SIZE");
+  ASSERT_TRUE(rank && size) << "run under mpirun.openmpi or mpiexec.mpich";
   if (std::atoi(rank) == std::atoi(size) - 1) {
     detail::mpi_world();  // MPI is up (mpirun ends a job one of whose ranks never starts it)
     std::this_thread::sleep_for(milliseconds(1500));

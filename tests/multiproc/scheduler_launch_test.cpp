@@ -107,6 +107,31 @@ TEST(Schedulers, SbatchScriptAsDocumented) {
   EXPECT_EQ(read_file(dir.path() + "/params"), expected) << out;
 }
 
+// The mpi backend started by Slurm itself (srun --mpi=pmix, no mpirun): MPI's world comes from
+// PMIx, and the ranks train exactly as dpxrun's do over shm. Skipped where dpx has no MPI or
+// Slurm has no pmix plugin.
+TEST(Schedulers, SrunPmixStartsTheMpiBackend) {
+  if (!DPX_TEST_WITH_MPI) GTEST_SKIP() << "dpx built without an MPI";
+  SlurmCluster slurm;
+  if (!slurm.why_not().empty()) GTEST_SKIP() << slurm.why_not();
+  LaunchOptions list = clean(slurm.env());
+  auto plugins = run_launcher({"srun", "--mpi=list"}, seconds(30), list);
+  if (plugins.output.find("pmix") == std::string::npos) {
+    GTEST_SKIP() << "this Slurm has no pmix plugin:\n" << plugins.output;
+  }
+  const std::string& expected = reference_params();
+  ASSERT_FALSE(expected.empty());
+  TempDir dir;
+  LaunchOptions o = clean(slurm.env());
+  o.set_env["DPX_TEST_BACKEND"] = "mpi";
+  auto r = run_launcher({"srun", "--mpi=pmix", "--nodes", "1", "--ntasks", "2", "--time", "2",
+                         test_worker_path(), "train", dir.path()},
+                        seconds(120), o);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_EQ(read_file(dir.path() + "/backend"), "mpi") << r.output;
+  EXPECT_EQ(read_file(dir.path() + "/params"), expected) << r.output;
+}
+
 // A Slurm step's variables as srun sets them, without a cluster: what dpxrun derives.
 LaunchOptions fake_step(const std::string& tasks, int port) {
   LaunchOptions o = clean();

@@ -15,12 +15,10 @@ if(DPX_WITH_MPI AND DPX_MPIEXEC)
     --gtest_filter=MpiSetupTimeout.*)
   set_tests_properties(mpi.setup_timeout PROPERTIES LABELS "multiproc;mpi" TIMEOUT 60
     ENVIRONMENT "OMPI_ALLOW_RUN_AS_ROOT=1;OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1")
-  if(DPX_MPI_VENDOR STREQUAL "openmpi")
-    add_test(NAME mpi.killed_rank COMMAND bash ${CMAKE_CURRENT_LIST_DIR}/mpi/killed_rank.sh
-      ${DPX_MPIEXEC} "${DPX_MPIEXEC_FLAGS}" $<TARGET_FILE:dpx_mpi_tests>)
-    set_tests_properties(mpi.killed_rank PROPERTIES LABELS "multiproc;mpi" TIMEOUT 60
-      ENVIRONMENT "OMPI_ALLOW_RUN_AS_ROOT=1;OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1")
-  endif()
+  add_test(NAME mpi.killed_rank COMMAND bash ${CMAKE_CURRENT_LIST_DIR}/mpi/killed_rank.sh
+    ${DPX_MPI_VENDOR} ${DPX_MPIEXEC} "${DPX_MPIEXEC_FLAGS}" $<TARGET_FILE:dpx_mpi_tests>)
+  set_tests_properties(mpi.killed_rank PROPERTIES LABELS "multiproc;mpi" TIMEOUT 60
+    ENVIRONMENT "OMPI_ALLOW_RUN_AS_ROOT=1;OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1")
 else()
   add_test(NAME mpi.skipped COMMAND ${CMAKE_COMMAND} -E echo
     "SKIPPED: dpx was built without MPI (no MPI C library found at configure time, or DPX_MPI=OFF)")

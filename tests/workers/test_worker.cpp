@@ -105,9 +105,12 @@ TORCH_MODULE(Mlp);
 
 // The same job whatever the hosts: the result depends only on WORLD_SIZE (the gloo sum of two
 // ranks is exact in either order), so runs on one host and on several compare bit for bit.
+// DPX_TEST_BACKEND picks another backend (mpi, under srun --mpi=pmix); the one used is written
+// to <dir>/backend.
 int train(const std::string& dir) {
   dpx::InitOptions o;
-  o.backend = "gloo";
+  const char* backend = std::getenv("DPX_TEST_BACKEND");
+  o.backend = backend ? backend : "gloo";
   o.timeout = std::chrono::seconds(10);
   auto pg = dpx::init_process_group(o);
   torch::manual_seed(0);
@@ -122,6 +125,7 @@ int train(const std::string& dir) {
     opt.step();
   }
   if (pg->rank() != 0) return 0;
+  std::ofstream(dir + "/backend") << pg->backend();
   std::ofstream out(dir + "/params.tmp");
   for (const auto& p : net->parameters()) {
     auto flat = p.detach().contiguous().view({-1});
