@@ -15,6 +15,13 @@ if(DPX_WITH_MPI AND DPX_MPIEXEC)
     --gtest_filter=MpiSetupTimeout.*)
   set_tests_properties(mpi.setup_timeout PROPERTIES LABELS "multiproc;mpi" TIMEOUT 60
     ENVIRONMENT "OMPI_ALLOW_RUN_AS_ROOT=1;OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1")
+  # OpenMPI's mpirun with a launch agent into a second network namespace (two_hosts.sh).
+  if(DPX_MPI_VENDOR STREQUAL "openmpi")
+    add_test(NAME mpi.two_hosts COMMAND bash ${CMAKE_CURRENT_LIST_DIR}/mpi/two_hosts.sh
+      ${DPX_MPIEXEC} $<TARGET_FILE:dpx_mpi_tests>)
+    set_tests_properties(mpi.two_hosts PROPERTIES LABELS "multiproc;mpi" TIMEOUT 300
+      PASS_REGULAR_EXPRESSION "two_hosts: PASS" SKIP_REGULAR_EXPRESSION "SKIPPED")
+  endif()
   add_test(NAME mpi.killed_rank COMMAND bash ${CMAKE_CURRENT_LIST_DIR}/mpi/killed_rank.sh
     ${DPX_MPI_VENDOR} ${DPX_MPIEXEC} "${DPX_MPIEXEC_FLAGS}" $<TARGET_FILE:dpx_mpi_tests>)
   set_tests_properties(mpi.killed_rank PROPERTIES LABELS "multiproc;mpi" TIMEOUT 60
