@@ -1,7 +1,8 @@
 // Fashion-MNIST on every rank of a job with DistributedDataParallel: the main job of dpx.
 // Run under a launcher:  dpxrun --nproc-per-node 2 build/examples/fashion_mnist/fashion_mnist
 // With --sharding full the model is sharded with dpx::fully_shard (FSDP) instead of replicated.
-// It resumes from the newest checkpoint in --checkpoint-dir (so a restarted job continues),
+// It resumes from the newest checkpoint in --checkpoint-dir (so a restarted job continues; with
+// --checkpoint-format dcp they are PyTorch DCP folders, which Python's dcp.load reads),
 // shows a progress bar on rank 0 and appends metrics as JSON lines (scripts/plot_metrics.sh).
 #include <torch/torch.h>
 #include <unistd.h>
@@ -34,6 +35,7 @@ struct Flags {
   std::string device = "cpu";  // or "cuda": GPU LOCAL_RANK (one per worker)
   int64_t report_every = 100;  // steps between DDP step reports in the metrics file
   std::string sharding = "none";  // none: a DDP replica per rank; full: fully_shard (FSDP)
+  std::string checkpoint_format = "dpx";  // dpx: dpx's own files; dcp: PyTorch DCP folders
 };
 
 // Checks with messages that say what was expected (CLI11's own number checks print the range up
@@ -77,6 +79,10 @@ void add_flags(CLI::App& app, Flags& f) {
   app.add_option("--sharding", f.sharding, "none (default: DDP, every rank a replica) or full "
                  "(fully_shard: every rank 1/N of each layer and of Adam's state)")
       ->check(CLI::IsMember({"none", "full"}));
+  app.add_option("--checkpoint-format", f.checkpoint_format, "dpx (default: one file a step, or "
+                 "dpx's sharded folders with --sharding full) or dcp (a folder a step that "
+                 "Python's torch.distributed.checkpoint.load reads, on any number of ranks)")
+      ->check(CLI::IsMember({"dpx", "dcp"}));
   app.add_option("--report-every", f.report_every, "steps between DDP step reports (metrics)")
       ->check(integer_at_least(1));
 }
@@ -139,8 +145,9 @@ struct Data {
 };
 
 // The model as this rank trains it (--sharding): a DDP replica of net, or net sharded by
-// fully_shard with its layers as the units; and its checkpoints: the whole model, or every rank
-// its shards (which resume on any number of ranks).
+// fully_shard with its layers as the units; and its checkpoints (--checkpoint-format): the whole
+// model, or every rank its shards (which resume on any number of ranks); or, with dcp, PyTorch's
+// DCP folders, sharded or not, which resume on any number of ranks and load in Python.
 class Model {
  public:
   Model(Net net, std::shared_ptr<dpx::ProcessGroup> pg, const Flags& flags, torch::Device device)
@@ -149,10 +156,16 @@ class Model {
       for (auto* unit : {&net->conv1, &net->conv2}) dpx::fully_shard(*unit, pg);
       for (auto* unit : {&net->fc1, &net->fc2}) dpx::fully_shard(*unit, pg);
       sharded_ = dpx::fully_shard(net, pg);
+    } else {
+      ddp_ = dpx::DistributedDataParallel(net, pg);
+    }
+    if (flags.checkpoint_format == "dcp") {
+      checkpoints_ = std::make_unique<dpx::DcpCheckpointer>(
+          dpx::DcpCheckpointerOptions{.directory = flags.checkpoint_dir}, pg);
+    } else if (sharded_) {
       checkpoints_ = std::make_unique<dpx::ShardedCheckpointer>(
           dpx::ShardedCheckpointerOptions{.directory = flags.checkpoint_dir}, pg);
     } else {
-      ddp_ = dpx::DistributedDataParallel(net, pg);
       checkpoints_ = std::make_unique<dpx::Checkpointer>(
           dpx::CheckpointerOptions{.directory = flags.checkpoint_dir, .map_location = device}, pg);
     }

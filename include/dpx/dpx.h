@@ -51,6 +51,7 @@
 #include "dpx/checkpoint/checkpoint_file.h"
 #include "dpx/checkpoint/checkpointer.h"
 #include "dpx/checkpoint/dcp.h"
+#include "dpx/checkpoint/dcp_checkpointer.h"
 #include "dpx/checkpoint/fsdp_checkpoint.h"
 #include "dpx/checkpoint/python_format.h"
 #include "dpx/checkpoint/training_checkpointer.h"

@@ -87,7 +87,8 @@ TEST(Cli, ExampleHelpExitsZero) {
   if (!built(example_path())) GTEST_SKIP() << "the example is not built";
   auto r = run_launcher({example_path(), "--help"}, seconds(30));
   EXPECT_EQ(r.exit_code, 0) << r.output;
-  for (const char* flag : {"--epochs", "--batch-size", "--data-dir", "--metrics-file"}) {
+  for (const char* flag : {"--epochs", "--batch-size", "--data-dir", "--metrics-file",
+                           "--checkpoint-format"}) {
     EXPECT_NE(r.output.find(flag), std::string::npos) << flag << "\n" << r.output;
   }
   expect_no_backtrace(r.output);
@@ -103,6 +104,7 @@ TEST(Cli, ExampleMistakesAreOneLine) {
   expect_one_line_error({e, "--checkpoint-every", "0"}, "--checkpoint-every");
   expect_one_line_error({e, "--data-dir", "/nonexistent/fashion"}, "/nonexistent/fashion");
   expect_one_line_error({e, "--device", "tpu"}, "--device");
+  expect_one_line_error({e, "--checkpoint-format", "zip"}, "--checkpoint-format");
 }
 
 TEST(Cli, DistMnistHelpAndMistakes) {

@@ -10,8 +10,11 @@ dcp.load({"model": model.state_dict()}), and compares each tensor whole with DIR
 dtype included. Then each named in DIR/optim_checkpoints.txt (dpx's model and Adam state, saved
 as {"model": ..., "optim": ...}) into optim_model() and a fresh torch.optim.Adam, with dcp.load
 and set_optimizer_state_dict, and compares the optimizer's state whole and its hyper-parameters
-with DIR/<name>-optim.pt (dpx's full_optimizer_state_dict). Exit status 0 only if every rank
-found every tensor equal.
+with DIR/<name>-optim.pt (dpx's full_optimizer_state_dict). On one rank, each named in
+DIR/training_checkpoints.txt (a dpx DcpCheckpointer's step folder) also with
+dcp.load({"model": ..., "progress": {...}}) into a plain optim_model(): the model compared with
+DIR/<name>-model.pt, the progress with DIR/<name>-progress.txt ("key value" lines). Exit status 0
+only if every rank found every tensor equal.
 
 write: writes, with this Python's PyTorch, into DIR:
   expected.pt  the model's state dict (torch.save): what every checkpoint below holds under "model."
@@ -110,9 +113,10 @@ def check_rank(rank, world, root):
         from torch.distributed.fsdp import fully_shard
         dist.init_process_group("gloo", init_method=f"file://{root}/store-check-{world}",
                                 rank=rank, world_size=world)
-    expected = torch.load(f"{root}/expected.pt", weights_only=True)
+    names = open(f"{root}/checkpoints.txt").read().split()
+    expected = torch.load(f"{root}/expected.pt", weights_only=True) if names else None
     ok = True
-    for name in open(f"{root}/checkpoints.txt").read().split():
+    for name in names:
         m = model()
         with torch.no_grad():
             for p in m.parameters():
@@ -130,6 +134,10 @@ def check_rank(rank, world, root):
     optim_list = f"{root}/optim_checkpoints.txt"
     for name in open(optim_list).read().split() if os.path.exists(optim_list) else []:
         ok = check_optim(rank, world, root, name) and ok
+    training_list = f"{root}/training_checkpoints.txt"
+    if world == 1 and os.path.exists(training_list):
+        for name in open(training_list).read().split():
+            ok = check_training(root, name) and ok
     if world > 1:
         dist.destroy_process_group()
     return ok
@@ -254,6 +262,30 @@ def hostile(root):
                          ("missing_file", missing_file), ("truncated", truncated),
                          ("no_storage", no_storage), ("global", global_call), ("deep", deep)]:
         variant(name, change)
+
+
+def check_training(root, name):
+    """A DcpCheckpointer's folder in one process: its model and progress (an entry that a load of
+    {"model", "optim"} alone leaves unread, as check_optim shows)."""
+    m = optim_model()
+    with torch.no_grad():
+        for p in m.parameters():
+            p.zero_()
+    state = {"model": m.state_dict(),
+             "progress": {"epoch": -1, "step": -1, "sampler_position": -1}}
+    dcp.load(state, checkpoint_id=f"{root}/{name}", no_dist=True)
+    ok = True
+    want = torch.load(f"{root}/{name}-model.pt", weights_only=True)
+    for key, value in m.state_dict().items():
+        if not torch.equal(value, want[key]):
+            print(f"{name}: model {key} is {value}, dpx's {want[key]}")
+            ok = False
+    for line in open(f"{root}/{name}-progress.txt").read().splitlines():
+        key, value = line.split()
+        if state["progress"][key] != int(value):
+            print(f"{name}: progress {key} is {state['progress'][key]}, dpx's {value}")
+            ok = False
+    return ok
 
 
 def main():

@@ -36,3 +36,13 @@ if(TARGET fashion_mnist AND TARGET dpxrun)
   set_tests_properties(example.fashion_mnist_sharded PROPERTIES LABELS "example" TIMEOUT 300
     SKIP_REGULAR_EXPRESSION "SKIPPED" ENVIRONMENT "DPX_PYTHON=${DPX_PYTHON}")
 endif()
+
+# --checkpoint-format dcp: under DDP and fully_shard, a stopped run resumes from its DCP
+# checkpoint; Python's dcp.load reads the last one.
+if(TARGET fashion_mnist AND TARGET dpxrun)
+  add_test(NAME example.fashion_mnist_dcp
+    COMMAND bash ${CMAKE_CURRENT_LIST_DIR}/example/dcp.sh $<TARGET_FILE:dpxrun>
+            $<TARGET_FILE:fashion_mnist> ${PROJECT_BINARY_DIR}/example_dcp)
+  set_tests_properties(example.fashion_mnist_dcp PROPERTIES LABELS "example" TIMEOUT 300
+    SKIP_REGULAR_EXPRESSION "SKIPPED" ENVIRONMENT "DPX_PYTHON=${DPX_PYTHON}")
+endif()

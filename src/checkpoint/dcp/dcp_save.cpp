@@ -10,6 +10,7 @@
 #include "dpx/errors.h"
 #include "dpx/fsdp/fsdp_state_dict.h"
 #include "dpx/runtime/files.h"
+#include "checkpoint/dcp/dcp_extras.h"
 #include "checkpoint/dcp/metadata.h"
 #include "checkpoint/python_format/optimizer_state.h"
 #include "checkpoint/python_format/torch_file.h"
@@ -250,4 +251,28 @@ void dcp_save_state_dict(const torch::nn::Module& module,
   save_items(items, directory, pg, options);
 }
 
+namespace detail::dcp {
+
+void save_with_extras(const torch::nn::Module& module, const torch::optim::Optimizer& optimizer,
+                      const std::string& directory, std::shared_ptr<ProcessGroup> process_group,
+                      const DcpSaveOptions& options, const std::vector<ExtraEntry>& extras) {
+  const auto pg = group_of(module, std::move(process_group));
+  const auto all = parameter_shards(module);
+  const auto shards = sharded(all);
+  std::vector<Item> items;
+  add_module(items, module, options.prefix, shards);
+  add_optimizer(items, optimizer, options.optimizer_prefix, all);
+  for (const auto& extra : extras) {
+    std::string fqn;
+    for (const auto& part : extra.path) {
+      fqn += (fqn.empty() ? "" : ".") + (std::holds_alternative<int64_t>(part)
+                                             ? std::to_string(std::get<int64_t>(part))
+                                             : std::get<std::string>(part));
+    }
+    items.push_back({fqn, extra.value, nullptr, extra.path});
+  }
+  save_items(items, directory, pg, options);
+}
+
+}  // namespace detail::dcp
 }  // namespace dpx

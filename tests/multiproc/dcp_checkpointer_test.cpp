@@ -1,0 +1,228 @@
+// The DcpCheckpointer: a fully_shard and a DDP-style (whole on every rank) model with Adam,
+// saved on 2 ranks, resumed on 3 and on 1 with the same model, optimizer and progress; a save cut
+// short by a killed rank leaves the previous checkpoint the newest; keep_last prunes; and
+// PyTorch 2.15's dcp.load reads a step folder into a plain model (tests/python/dcp_oracle.py).
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <torch/torch.h>
+
+#include <fstream>
+#include <functional>
+
+#include "dpx/checkpoint/dcp_checkpointer.h"
+#include "dpx/checkpoint/fsdp_checkpoint.h"
+#include "dpx/checkpoint/python_format.h"
+#include "dpx/comm/init.h"
+#include "dpx/errors.h"
+#include "dpx/fsdp/fsdp_state_dict.h"
+#include "dpx/fsdp/fully_shard.h"
+#include "dpx/runtime/files.h"
+#include "support/checkpoint_files.h"
+#include "support/harness.h"
+#include "support/python_oracle.h"
+#include "support/temp_dir.h"
+
+namespace dpx::dcp_checkpointer_test {
+namespace {
+
+const TrainingProgress kProgress{.epoch = 1, .step = 3, .sampler_position = 5};
+
+// dcp_oracle.py's optim_model() on this rank: sharded by fully_shard over `pg`, or whole.
+struct Replica {
+  torch::nn::Sequential net = test::dcp_optim_model();
+  std::function<torch::Tensor(const torch::Tensor&)> forward;
+
+  Replica(bool sharded, const std::shared_ptr<ProcessGroup>& pg) {
+    if (sharded) {
+      fully_shard(net[2], pg);
+      auto model = fully_shard(net, pg);
+      forward = [model](const torch::Tensor& x) mutable { return model(x); };
+    } else {
+      forward = [n = net](const torch::Tensor& x) mutable { return n->forward(x); };
+    }
+  }
+  // Steps of Adam on the same batch on every rank: the same values on any world size.
+  void train(torch::optim::Optimizer& opt, int steps) {
+    for (int s = 0; s < steps; ++s) {
+      opt.zero_grad();
+      forward(test::dcp_optim_batch()).pow(2).sum().backward();
+      opt.step();
+    }
+  }
+  c10::impl::GenericDict whole_state(bool sharded) const {
+    auto dict = c10::impl::GenericDict(c10::StringType::get(), c10::TensorType::get());
+    const auto state = sharded ? full_state_dict(*net, {.rank0_only = false}) : state_dict(*net);
+    for (const auto& [name, t] : state) dict.insert(name, t);
+    return dict;
+  }
+};
+
+torch::optim::Adam make_adam(const Replica& r) {  // away from Adam's defaults
+  return torch::optim::Adam(r.net->parameters(),
+                            torch::optim::AdamOptions(0.05).betas({0.8, 0.95}).weight_decay(0.1));
+}
+
+// Every tensor of `got` (a state dict, or an optimizer's {'state': {name: {key: tensor}}}) equal
+// to `want`'s.
+void expect_same_state(const c10::impl::GenericDict& got, const c10::impl::GenericDict& want,
+                       const std::string& what) {
+  ASSERT_EQ(got.size(), want.size()) << what;
+  for (const auto& e : want) {
+    ASSERT_TRUE(got.contains(e.key())) << what << " " << e.key();
+    if (e.value().isTensor()) {
+      EXPECT_TRUE(torch::equal(got.at(e.key()).toTensor(), e.value().toTensor()))
+          << what << " " << e.key().toStringRef();
+    } else {
+      expect_same_state(got.at(e.key()).toGenericDict(), e.value().toGenericDict(),
+                        what + " " + e.key().toStringRef());
+    }
+  }
+}
+
+// 2 ranks train 3 steps and save kProgress to `dir`; rank 0 keeps the model and the optimizer's
+// state whole in <dir>/dcp-3-model.pt and -optim.pt.
+void save_on_two(bool sharded, const std::string& dir) {
+  test::StoreServer server;
+  test::expect_all_ok(test::run_processes(2, [&](int rank) {
+    torch::set_num_threads(1);
+    auto pg = new_process_group("shm", server.client(), rank, 2);
+    Replica r(sharded, pg);
+    auto adam = make_adam(r);
+    r.train(adam, 3);
+    DcpCheckpointer ckpt({.directory = dir}, pg);
+    EXPECT_EQ(ckpt.save(*r.net, adam, kProgress), ckpt.path_for_step(3));
+    const auto model = r.whole_state(sharded);
+    const auto optim = full_optimizer_state_dict(*r.net, adam, {.rank0_only = false});
+    if (rank == 0) {
+      torch_save(model, ckpt.path_for_step(3) + "-model.pt");
+      torch_save(optim, ckpt.path_for_step(3) + "-optim.pt");
+    }
+  }));
+}
+
+TEST(DcpCheckpointer, SavedOnTwoRanksResumesOnThreeAndOne) {
+  for (const bool sharded : {true, false}) {
+    SCOPED_TRACE(sharded ? "fully_shard" : "whole on every rank (DDP)");
+    test::TempDir dir;
+    save_on_two(sharded, dir.path());
+    const std::string saved = dir / "dcp-3";
+    for (const int world : {3, 1}) {
+      SCOPED_TRACE("resumed on " + std::to_string(world));
+      test::StoreServer server;
+      test::expect_all_ok(test::run_processes(world, [&](int rank) {
+        torch::set_num_threads(1);
+        auto pg = new_process_group("shm", server.client(), rank, world);
+        Replica r(sharded, pg);
+        torch::optim::Adam adam(r.net->parameters());  // defaults: the checkpoint's replace them
+        const auto progress = DcpCheckpointer({.directory = dir.path()}, pg).load_latest(*r.net,
+                                                                                         adam);
+        ASSERT_TRUE(progress.has_value());
+        EXPECT_EQ(progress->epoch, kProgress.epoch);
+        EXPECT_EQ(progress->step, kProgress.step);
+        EXPECT_EQ(progress->sampler_position, kProgress.sampler_position);
+        expect_same_state(r.whole_state(sharded), torch_load(saved + "-model.pt").toGenericDict(),
+                          "model");
+        const auto optim = full_optimizer_state_dict(*r.net, adam, {.rank0_only = false});
+        expect_same_state(optim.toGenericDict().at("state").toGenericDict(),
+                          torch_load(saved + "-optim.pt").toGenericDict().at("state")
+                              .toGenericDict(), "optimizer state");
+        const auto& options =
+            static_cast<const torch::optim::AdamOptions&>(adam.param_groups()[0].options());
+        EXPECT_DOUBLE_EQ(options.lr(), 0.05);
+        EXPECT_DOUBLE_EQ(options.weight_decay(), 0.1);
+      }));
+    }
+  }
+}
+
+// Rank 1 is SIGKILLed after writing part of its file of the step-4 save: rank 0 gets an error
+// instead of a hang, step 2 stays the newest checkpoint and resumes, and the next save removes
+// what the killed one left.
+TEST(DcpCheckpointer, ASaveCutShortLeavesThePreviousCheckpointTheNewest) {
+  test::TempDir dir;
+  {
+    test::StoreServer server;
+    const auto results = test::run_processes(2, [&](int rank) {
+      auto pg = new_process_group("shm", server.client(), rank, 2,
+                                  test::with_timeout(std::chrono::seconds(5)));
+      Replica r(/*sharded=*/true, pg);
+      auto adam = make_adam(r);
+      r.train(adam, 2);
+      DcpCheckpointerOptions options{.directory = dir.path(), .timeout = std::chrono::seconds(5)};
+      DcpCheckpointer(options, pg).save(*r.net, adam, {.step = 2});
+      const auto model = r.whole_state(true);
+      if (rank == 0) torch_save(model, dir / "at_step_2.pt");
+      r.train(adam, 2);
+      if (rank == 1) options.write.after_partial_write = [] { test::kill_this_rank(); };
+      EXPECT_ANY_THROW(DcpCheckpointer(options, pg).save(*r.net, adam, {.step = 4}));
+    }, {std::chrono::seconds(60)});
+    ASSERT_EQ(results.size(), 2u);
+    EXPECT_EQ(results[1].signal, SIGKILL) << results[1].output;
+    EXPECT_TRUE(results[0].ok()) << results[0].output;
+  }
+  EXPECT_TRUE(path_exists(dir / "dcp-4.partial"));
+  test::StoreServer server;
+  test::expect_all_ok(test::run_processes(2, [&](int rank) {
+    torch::set_num_threads(1);
+    auto pg = new_process_group("shm", server.client(), rank, 2);
+    DcpCheckpointer ckpt({.directory = dir.path()}, pg);
+    EXPECT_EQ(ckpt.list(), std::vector<std::string>{ckpt.path_for_step(2)});
+    Replica r(/*sharded=*/true, pg);
+    auto adam = make_adam(r);
+    const auto progress = ckpt.load_latest(*r.net, adam);
+    ASSERT_TRUE(progress.has_value());
+    EXPECT_EQ(progress->step, 2);
+    expect_same_state(r.whole_state(true), torch_load(dir / "at_step_2.pt").toGenericDict(),
+                      "model");
+    ckpt.save(*r.net, adam, {.step = 6});
+  }));
+  EXPECT_FALSE(path_exists(dir / "dcp-4.partial"));
+}
+
+// keep_last 2 of steps 1, 2, 3: 3 and 2 stay. A step folder without .metadata (a save in
+// progress, or cut short) is no checkpoint: not listed, not loaded.
+TEST(DcpCheckpointer, KeepsTheNewestAndOnlyCompleteCheckpoints) {
+  test::TempDir dir;
+  test::StoreServer server;
+  test::expect_all_ok(test::run_processes(2, [&](int rank) {
+    torch::set_num_threads(1);
+    auto pg = new_process_group("shm", server.client(), rank, 2);
+    Replica r(/*sharded=*/false, pg);
+    auto adam = make_adam(r);
+    DcpCheckpointer ckpt({.directory = dir.path(), .keep_last = 2}, pg);
+    for (int64_t step = 1; step <= 3; ++step) ckpt.save(*r.net, adam, {.step = step});
+    EXPECT_EQ(ckpt.list(), (std::vector<std::string>{ckpt.path_for_step(3),
+                                                     ckpt.path_for_step(2)}));
+    EXPECT_FALSE(path_exists(ckpt.path_for_step(1)));
+    pg->barrier()->wait();
+    if (rank == 0) make_dirs(ckpt.path_for_step(9));
+    pg->barrier()->wait();
+    EXPECT_EQ(ckpt.list().front(), ckpt.path_for_step(3));
+    const auto progress = ckpt.load_latest(*r.net, adam);
+    ASSERT_TRUE(progress.has_value());
+    EXPECT_EQ(progress->step, 3);
+  }));
+}
+
+// PyTorch 2.15, one process: dcp.load of {"model", "optim"} (the progress beside them unread)
+// into a plain optim_model() and Adam, and of {"model", "progress"}.
+TEST(DcpCheckpointer, PyTorchLoadsAStepFolderIntoAPlainModel) {
+  DPX_SKIP_UNLESS_PYTHON_HAS(DPX_PYTHON, "torch.distributed.checkpoint");
+  test::TempDir dir;
+  save_on_two(/*sharded=*/true, dir / "ckpt");
+  {
+    std::ofstream(dir / "checkpoints.txt");  // no checkpoint of dcp_oracle.py's model()
+    std::ofstream(dir / "optim_checkpoints.txt") << "ckpt/dcp-3\n";
+    std::ofstream(dir / "training_checkpoints.txt") << "ckpt/dcp-3\n";
+    std::ofstream(dir / "ckpt/dcp-3-progress.txt")
+        << "epoch " << kProgress.epoch << "\nstep " << kProgress.step << "\nsampler_position "
+        << kProgress.sampler_position << "\n";
+  }
+  EXPECT_TRUE(test::run_python({.script = "dcp_oracle.py", .args = {"check", dir.path(), "1"},
+                                .timeout = std::chrono::seconds(180)})
+                  .ok())
+      << "PyTorch's dcp.load (its output is above)";
+}
+
+}  // namespace
+}  // namespace dpx::dcp_checkpointer_test

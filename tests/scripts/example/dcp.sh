@@ -1,0 +1,53 @@
+#!/usr/bin/env bash
+# --checkpoint-format dcp: under DDP (--sharding none) and fully_shard (--sharding full), a run
+# stopped at step 15 resumes from its DCP checkpoint and ends with the test accuracy of a run
+# that was never stopped; Python's dcp.load reads the last checkpoint's model, which is the
+# model.pt the run gathered at its end.
+#   dcp.sh <dpxrun> <fashion_mnist> <scratch dir>
+set -euo pipefail
+dpxrun="$1" bin="$2" work="$3"
+source "$(dirname "$0")/dataset.sh" "$work"
+fail() { echo "FAILED: $*"; for f in "$work"/*.log; do echo "--- $f"; tail -20 "$f"; done; exit 1; }
+# 1 epoch of 32 steps per rank; a checkpoint every 10 steps.
+args=(--epochs 1 --batch-size 32 --train-limit 2048 --checkpoint-every 10)
+run() {  # run NAME ARGS...: 2 ranks, checkpoints in $work/NAME, metrics in $work/NAME.jsonl
+  local name=$1; shift
+  "$dpxrun" --standalone --nproc-per-node 2 "$bin" "${args[@]}" --checkpoint-dir "$work/$name" \
+    --metrics-file "$work/$name.jsonl" "$@" >>"$work/$name.log" 2>&1
+}
+accuracy() { grep '"type":"eval"' "$1" | tail -1 | sed 's/.*"test_accuracy":\([0-9.e-]*\).*/\1/'; }
+
+run straight --sharding none || fail "the run without a stop failed"
+want=$(accuracy "$work/straight.jsonl")
+for sharding in none full; do
+  name="dcp-$sharding"
+  run "$name" --sharding "$sharding" --checkpoint-format dcp --max-steps 15 ||
+    fail "the stopped --sharding $sharding run failed"
+  [ -f "$work/$name/dcp-15/.metadata" ] || fail "no DCP checkpoint of step 15 in $work/$name"
+  run "$name" --sharding "$sharding" --checkpoint-format dcp ||
+    fail "the resumed --sharding $sharding run failed"
+  grep -q "resumed from checkpoint at epoch 1 step 15" "$work/$name.log" ||
+    fail "the --sharding $sharding run did not resume from its DCP checkpoint at step 15"
+  got=$(accuracy "$work/$name.jsonl")
+  echo "test accuracy: never stopped $want, --sharding $sharding stopped and resumed $got"
+  [ -n "$want" ] && [ "$want" = "$got" ] || fail "the accuracies differ"
+done
+
+python="${DPX_PYTHON:-}"
+if [ -n "$python" ] && "$python" -c "import torch.distributed.checkpoint" 2>/dev/null; then
+  for sharding in none full; do
+    last="$work/dcp-$sharding/$(ls "$work/dcp-$sharding" | grep -E '^dcp-[0-9]+$' | sort -t- -k2 -n |
+      tail -1)"
+    "$python" - "$last" "$work/dcp-$sharding/model.pt" <<'PY' || fail "dcp.load of $last failed"
+import sys, torch
+import torch.distributed.checkpoint as dcp
+folder, whole = sys.argv[1], torch.load(sys.argv[2], weights_only=True)
+state = {"model": {name: torch.zeros_like(t) for name, t in whole.items()}}
+dcp.load(state, checkpoint_id=folder, no_dist=True)
+for name, t in whole.items():
+    assert torch.equal(state["model"][name], t), f"{name} differs from model.pt"
+print(f"dcp.load({folder}) is the run's model.pt")
+PY
+  done
+fi
+echo "example DCP checkpoint run passed"
