@@ -22,6 +22,15 @@ if(DPX_WITH_MPI AND DPX_MPIEXEC)
     set_tests_properties(mpi.two_hosts PROPERTIES LABELS "multiproc;mpi" TIMEOUT 300
       PASS_REGULAR_EXPRESSION "two_hosts: PASS" SKIP_REGULAR_EXPRESSION "SKIPPED")
   endif()
+  # The example over mpi under the MPI's launcher (example.sh).
+  if(TARGET fashion_mnist)
+    add_test(NAME mpi.example COMMAND bash ${CMAKE_CURRENT_LIST_DIR}/mpi/example.sh
+      ${DPX_MPIEXEC} "${DPX_MPIEXEC_FLAGS}" $<TARGET_FILE:fashion_mnist>
+      /usr/share/datasets/fashion-mnist)
+    set_tests_properties(mpi.example PROPERTIES LABELS "multiproc;mpi;example" TIMEOUT 300
+      PASS_REGULAR_EXPRESSION "mpi example: PASS" SKIP_REGULAR_EXPRESSION "SKIPPED"
+      ENVIRONMENT "OMPI_ALLOW_RUN_AS_ROOT=1;OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1")
+  endif()
   add_test(NAME mpi.killed_rank COMMAND bash ${CMAKE_CURRENT_LIST_DIR}/mpi/killed_rank.sh
     ${DPX_MPI_VENDOR} ${DPX_MPIEXEC} "${DPX_MPIEXEC_FLAGS}" $<TARGET_FILE:dpx_mpi_tests>)
   set_tests_properties(mpi.killed_rank PROPERTIES LABELS "multiproc;mpi" TIMEOUT 60
