@@ -242,13 +242,8 @@ void dcp_save_state_dict(const torch::nn::Module& module,
                          const torch::optim::Optimizer& optimizer, const std::string& directory,
                          std::shared_ptr<ProcessGroup> process_group,
                          const DcpSaveOptions& options) {
-  const auto pg = group_of(module, std::move(process_group));
-  const auto all = parameter_shards(module);
-  const auto shards = sharded(all);
-  std::vector<Item> items;
-  add_module(items, module, options.prefix, shards);
-  add_optimizer(items, optimizer, options.optimizer_prefix, all);
-  save_items(items, directory, pg, options);
+  detail::dcp::save_with_extras(module, optimizer, directory, std::move(process_group), options,
+                                {});
 }
 
 namespace detail::dcp {

@@ -6,15 +6,7 @@
 set -euo pipefail
 dpxrun="$1" bin="$2" work="$3"
 source "$(dirname "$0")/dataset.sh" "$work"
-fail() { echo "FAILED: $*"; for f in "$work"/*.log; do echo "--- $f"; tail -20 "$f"; done; exit 1; }
-# 1 epoch of 32 steps per rank; a checkpoint every 10 steps.
-args=(--epochs 1 --batch-size 32 --train-limit 2048 --checkpoint-every 10)
-run() {  # run NAME ARGS...: 2 ranks, checkpoints in $work/NAME, metrics in $work/NAME.jsonl
-  local name=$1; shift
-  "$dpxrun" --standalone --nproc-per-node 2 "$bin" "${args[@]}" --checkpoint-dir "$work/$name" \
-    --metrics-file "$work/$name.jsonl" "$@" >>"$work/$name.log" 2>&1
-}
-accuracy() { grep '"type":"eval"' "$1" | tail -1 | sed 's/.*"test_accuracy":\([0-9.e-]*\).*/\1/'; }
+source "$(dirname "$0")/two_ranks.sh"
 
 run ddp --sharding none || fail "the DDP run failed"
 run full --sharding full || fail "the fully_shard run failed"
