@@ -144,15 +144,10 @@ limited() {
   wait "$pid"
 }
 
-# SIGKILL to a process and everything below it, children first seen top-down.
+# SIGKILL to a process and everything below it (scripts/process_tree.sh).
 end_tree() {
-  local p all=("$1") i=0
-  while ((i < ${#all[@]})); do
-    for p in /proc/[0-9]*; do
-      [ "$(sed 's/.*) //' "$p/stat" 2>/dev/null | cut -d' ' -f2)" = "${all[i]}" ] && all+=("${p#/proc/}")
-    done
-    ((++i))
-  done
+  local all
+  mapfile -t all < <(bash scripts/process_tree.sh "$1")
   kill -STOP "${all[@]}" 2>/dev/null  # none forks or restarts another while the rest go
   kill -KILL "${all[@]}" 2>/dev/null
 }
@@ -370,7 +365,7 @@ selftest() {
   local f
   left=""
   for f in /proc/[0-9]*/cmdline; do  # argv[0] is the marker only in the processes it started
-    [ "$(tr '\0' '\n' <"$f" 2>/dev/null | head -n 1)" = "$marker" ] && left+="${f%/cmdline} "
+    [ "$(tr '\0' '\n' 2>/dev/null <"$f" | head -n 1)" = "$marker" ] && left+="${f%/cmdline} "
   done
   grep -q "$marker" "$work/selftest_stuck.txt" 2>/dev/null && ((rc == 124)) && [ -z "$left" ] &&
     echo "gpu_check selftest: PASS" || echo "gpu_check selftest: FAIL (rc $rc, left '$left')"

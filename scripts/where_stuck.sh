@@ -12,21 +12,10 @@ set -u
 root=${1:?usage: where_stuck.sh PID [GDB_SECONDS]}
 gdb_s=${2:-8}
 
-# The parent pid of a process (field 4 of /proc/PID/stat, counted after the command's name,
-# which may hold spaces).
-ppid_of() { sed 's/.*) //' "/proc/$1/stat" 2>/dev/null | cut -d' ' -f2; }
-
-tree() {
-  echo "$1"
-  local p
-  for p in /proc/[0-9]*; do
-    [ "$(ppid_of "${p#/proc/}")" = "$1" ] && tree "${p#/proc/}"
-  done
-}
-
-for pid in $(tree "$root"); do
+for pid in $(bash "$(dirname "$0")/process_tree.sh" "$root"); do
   [ -d "/proc/$pid" ] || continue
-  echo "=== pid $pid (parent $(ppid_of "$pid")): $(tr '\0' ' ' <"/proc/$pid/cmdline" | cut -c1-300)"
+  parent=$(sed 's/.*) //' "/proc/$pid/stat" 2>/dev/null | cut -d' ' -f2)
+  echo "=== pid $pid (parent $parent): $(tr '\0' ' ' <"/proc/$pid/cmdline" | cut -c1-300)"
   for task in /proc/"$pid"/task/*; do
     printf '  thread %-8s %-16s %s wchan=%s\n' "${task##*/}" "$(cat "$task/comm" 2>/dev/null)" \
       "$(sed 's/.*) //' "$task/stat" 2>/dev/null | cut -d' ' -f1)" "$(cat "$task/wchan" 2>/dev/null)"

@@ -10,7 +10,10 @@
 #include <stdexcept>
 #include <utility>
 
+#include <c10/util/Exception.h>
+
 #include "dpx/errors.h"
+#include "comm/coordination/control.h"
 #include "dpx/runtime/files.h"
 
 namespace dpx::detail {
@@ -86,6 +89,28 @@ std::string StepDirectory::publish(const std::string& partial, int64_t step) con
     ::close(fd);
   }
   return final_path;
+}
+
+int64_t agree_on_latest_step(ProcessGroup& pg, std::chrono::milliseconds timeout,
+                             const StepDirectory& folders,
+                             const std::function<std::vector<std::string>()>& newest_first,
+                             const std::function<void(const std::string&)>& check,
+                             const std::string& who) {
+  int64_t step = -1;
+  if (pg.rank() == 0) {
+    for (const auto& path : newest_first()) {
+      try {
+        check(path);
+        step = folders.step_of(path.substr(path.rfind('/') + 1));
+        break;
+      } catch (const CheckpointError& e) {
+        TORCH_WARN(where(pg.rank(), pg.size()), who, ": skipping ", e.what());
+      }
+    }
+  }
+  auto chosen = at::full({1}, step, at::kLong);
+  if (pg.size() > 1) control_broadcast(pg, chosen, 0, timeout);  // the group may be on a GPU
+  return chosen.item<int64_t>();
 }
 
 }  // namespace dpx::detail

@@ -3,9 +3,13 @@
 // left behind removed.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
+
+#include "dpx/comm/process_group.h"
 
 namespace dpx::detail {
 
@@ -38,5 +42,14 @@ class StepDirectory {
   std::string suffix_;
   int digits_;
 };
+
+// Collective over `pg`: rank 0 goes through `newest_first()` (called there only), skipping with
+// a warning that names `who` each checkpoint `check` rejects with a CheckpointError, and every
+// rank returns the step (in `folders`) of the first that passes, or -1 when none does.
+int64_t agree_on_latest_step(ProcessGroup& pg, std::chrono::milliseconds timeout,
+                             const StepDirectory& folders,
+                             const std::function<std::vector<std::string>()>& newest_first,
+                             const std::function<void(const std::string&)>& check,
+                             const std::string& who);
 
 }  // namespace dpx::detail

@@ -11,7 +11,6 @@
 #include "checkpoint/dcp/dcp_extras.h"
 #include "checkpoint/dcp/metadata.h"
 #include "checkpoint/step_directory.h"
-#include "comm/coordination/control.h"
 
 namespace dpx {
 namespace {
@@ -99,21 +98,10 @@ std::string DcpCheckpointer::save(const torch::nn::Module& model,
 std::optional<TrainingProgress> DcpCheckpointer::load_latest(torch::nn::Module& model,
                                                              torch::optim::Optimizer& optimizer) {
   barrier();
-  int64_t step = -1;
-  if (pg_->rank() == 0) {
-    for (const auto& dir : list()) {
-      try {
-        read_progress(dir);  // the .metadata reads, and the progress is there
-        step = dcp_folders(options_.directory).step_of(dir.substr(dir.rfind('/') + 1));
-        break;
-      } catch (const CheckpointError& e) {
-        TORCH_WARN(where(pg_->rank(), pg_->size()), "DcpCheckpointer: skipping ", e.what());
-      }
-    }
-  }
-  auto chosen = at::full({1}, step, at::kLong);
-  if (pg_->size() > 1) detail::control_broadcast(*pg_, chosen, 0, options_.timeout);
-  step = chosen.item<int64_t>();
+  // The .metadata reads, and the progress is there.
+  const int64_t step = detail::agree_on_latest_step(
+      *pg_, options_.timeout, dcp_folders(options_.directory), [&] { return list(); },
+      [](const std::string& dir) { read_progress(dir); }, "DcpCheckpointer");
   if (step < 0) return std::nullopt;
   const std::string dir = path_for_step(step);
   const auto progress = read_progress(dir);

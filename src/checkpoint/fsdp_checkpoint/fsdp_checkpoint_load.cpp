@@ -198,21 +198,10 @@ TrainingProgress PartLoader::finish() {
 std::optional<TrainingProgress> ShardedCheckpointer::load_latest(
     torch::nn::Module& model, torch::optim::Optimizer& optimizer) {
   barrier();
-  int64_t step = -1;
-  if (pg_->rank() == 0) {
-    for (const auto& dir : list()) {
-      try {
-        world_of(dir);
-        step = detail::sharded_folders(options_.directory).step_of(dir.substr(dir.rfind('/') + 1));
-        break;
-      } catch (const CheckpointError& e) {
-        TORCH_WARN("ShardedCheckpointer: skipping ", e.what());
-      }
-    }
-  }
-  auto chosen = at::full({1}, step, at::TensorOptions(at::kLong).device(pg_->options().device));
-  pg_->broadcast(chosen)->wait(options_.timeout);
-  step = chosen.cpu().item<int64_t>();
+  const int64_t step = detail::agree_on_latest_step(
+      *pg_, options_.timeout, detail::sharded_folders(options_.directory),
+      [&] { return list(); }, [](const std::string& dir) { world_of(dir); },
+      "ShardedCheckpointer");
   if (step < 0) return std::nullopt;
   const std::string dir = path_for_step(step);
   const int saved_world = world_of(dir);
