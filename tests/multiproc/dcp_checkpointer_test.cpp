@@ -1,13 +1,16 @@
 // The DcpCheckpointer: a fully_shard and a DDP-style (whole on every rank) model with Adam,
 // saved on 2 ranks, resumed on 3 and on 1 with the same model, optimizer and progress; a save cut
-// short by a killed rank leaves the previous checkpoint the newest; keep_last prunes; and
+// short by a killed rank leaves the previous checkpoint the newest; keep_last prunes; saves in
+// the background keep the state of the step they were asked at and report their failures; and
 // PyTorch 2.15's dcp.load reads a step folder into a plain model (tests/python/dcp_oracle.py).
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <torch/torch.h>
 
+#include <atomic>
 #include <fstream>
 #include <functional>
+#include <thread>
 
 #include "dpx/checkpoint/dcp_checkpointer.h"
 #include "dpx/checkpoint/fsdp_checkpoint.h"
@@ -135,48 +138,156 @@ TEST(DcpCheckpointer, SavedOnTwoRanksResumesOnThreeAndOne) {
   }
 }
 
-// Rank 1 is SIGKILLed after writing part of its file of the step-4 save: rank 0 gets an error
-// instead of a hang, step 2 stays the newest checkpoint and resumes, and the next save removes
-// what the killed one left.
+// Rank 1 is SIGKILLed after writing part of its file of the step-4 save (synchronous, and in
+// the background): rank 0 gets an error instead of a hang, step 2 stays the newest checkpoint and
+// resumes, and the next save removes what the killed one left.
 TEST(DcpCheckpointer, ASaveCutShortLeavesThePreviousCheckpointTheNewest) {
-  test::TempDir dir;
-  {
+  for (const bool async : {false, true}) {
+    SCOPED_TRACE(async ? "async_save" : "synchronous");
+    test::TempDir dir;
+    {
+      test::StoreServer server;
+      const auto results = test::run_processes(2, [&](int rank) {
+        auto pg = new_process_group("shm", server.client(), rank, 2,
+                                    test::with_timeout(std::chrono::seconds(5)));
+        Replica r(/*sharded=*/true, pg);
+        auto adam = make_adam(r);
+        r.train(adam, 2);
+        DcpCheckpointerOptions options{.directory = dir.path(),
+                                       .timeout = std::chrono::seconds(5),
+                                       .async_save = async};
+        {
+          DcpCheckpointer ckpt(options, pg);
+          ckpt.save(*r.net, adam, {.step = 2});
+          ckpt.wait();
+        }
+        const auto model = r.whole_state(true);
+        if (rank == 0) torch_save(model, dir / "at_step_2.pt");
+        r.train(adam, 2);
+        if (rank == 1) options.write.after_partial_write = [] { test::kill_this_rank(); };
+        EXPECT_ANY_THROW({
+          DcpCheckpointer ckpt(options, pg);
+          ckpt.save(*r.net, adam, {.step = 4});
+          ckpt.wait();
+        });
+      }, {std::chrono::seconds(60)});
+      ASSERT_EQ(results.size(), 2u);
+      EXPECT_EQ(results[1].signal, SIGKILL) << results[1].output;
+      EXPECT_TRUE(results[0].ok()) << results[0].output;
+    }
+    EXPECT_TRUE(path_exists(dir / "dcp-4.partial"));
     test::StoreServer server;
-    const auto results = test::run_processes(2, [&](int rank) {
-      auto pg = new_process_group("shm", server.client(), rank, 2,
-                                  test::with_timeout(std::chrono::seconds(5)));
+    test::expect_all_ok(test::run_processes(2, [&](int rank) {
+      torch::set_num_threads(1);
+      auto pg = new_process_group("shm", server.client(), rank, 2);
+      DcpCheckpointer ckpt({.directory = dir.path(), .async_save = async}, pg);
+      EXPECT_EQ(ckpt.list(), std::vector<std::string>{ckpt.path_for_step(2)});
       Replica r(/*sharded=*/true, pg);
       auto adam = make_adam(r);
-      r.train(adam, 2);
-      DcpCheckpointerOptions options{.directory = dir.path(), .timeout = std::chrono::seconds(5)};
-      DcpCheckpointer(options, pg).save(*r.net, adam, {.step = 2});
-      const auto model = r.whole_state(true);
-      if (rank == 0) torch_save(model, dir / "at_step_2.pt");
-      r.train(adam, 2);
-      if (rank == 1) options.write.after_partial_write = [] { test::kill_this_rank(); };
-      EXPECT_ANY_THROW(DcpCheckpointer(options, pg).save(*r.net, adam, {.step = 4}));
-    }, {std::chrono::seconds(60)});
-    ASSERT_EQ(results.size(), 2u);
-    EXPECT_EQ(results[1].signal, SIGKILL) << results[1].output;
-    EXPECT_TRUE(results[0].ok()) << results[0].output;
+      const auto progress = ckpt.load_latest(*r.net, adam);
+      ASSERT_TRUE(progress.has_value());
+      EXPECT_EQ(progress->step, 2);
+      expect_same_state(r.whole_state(true), torch_load(dir / "at_step_2.pt").toGenericDict(),
+                        "model");
+      ckpt.save(*r.net, adam, {.step = 6});
+      ckpt.wait();
+    }));
+    EXPECT_FALSE(path_exists(dir / "dcp-4.partial"));
+    EXPECT_TRUE(path_exists(dir / "dcp-6/.metadata"));
   }
-  EXPECT_TRUE(path_exists(dir / "dcp-4.partial"));
+}
+
+// async_save: save() returns before the checkpoint is written and training goes on changing the
+// parameters and Adam's state in place; the checkpoint holds the state of the step it was asked
+// at (the copy), resumes on 3 ranks as a synchronous one does, and its folder holds only what
+// dcp.save writes.
+TEST(DcpCheckpointer, AnAsyncSaveKeepsTheStateOfItsStepWhileTrainingGoesOn) {
+  for (const bool sharded : {true, false}) {
+    SCOPED_TRACE(sharded ? "fully_shard" : "whole on every rank (DDP)");
+    test::TempDir dir;
+    test::StoreServer server;
+    test::expect_all_ok(test::run_processes(2, [&](int rank) {
+      torch::set_num_threads(1);
+      auto pg = new_process_group("shm", server.client(), rank, 2);
+      Replica r(sharded, pg);
+      auto adam = make_adam(r);
+      r.train(adam, 3);
+      // The writer stops after its first bytes until training has changed everything.
+      std::atomic<bool> trained{false};
+      DcpCheckpointerOptions options{.directory = dir.path(), .async_save = true};
+      options.write.after_partial_write = [&trained] {
+        while (!trained) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      };
+      DcpCheckpointer ckpt(options, pg);
+      const auto model = r.whole_state(sharded);
+      const auto optim = full_optimizer_state_dict(*r.net, adam, {.rank0_only = false});
+      if (rank == 0) {  // now: unsharded, these are the live tensors training changes
+        torch_save(model, dir / "at_step_3.pt");
+        torch_save(optim, dir / "optim_at_step_3.pt");
+      }
+      EXPECT_EQ(ckpt.save(*r.net, adam, kProgress), ckpt.path_for_step(3));
+      r.train(adam, 2);  // while it is written
+      trained = true;
+      ckpt.wait();
+      EXPECT_EQ(ckpt.list(), std::vector<std::string>{ckpt.path_for_step(3)});
+    }));
+    std::vector<std::string> files = list_dir(dir / "dcp-3");
+    EXPECT_EQ(files, (std::vector<std::string>{".metadata", "__0_0.distcp", "__1_0.distcp"}));
+    test::StoreServer server3;
+    test::expect_all_ok(test::run_processes(3, [&](int rank) {
+      torch::set_num_threads(1);
+      auto pg = new_process_group("shm", server3.client(), rank, 3);
+      Replica r(sharded, pg);
+      torch::optim::Adam adam(r.net->parameters());
+      const auto progress = DcpCheckpointer({.directory = dir.path()}, pg).load_latest(*r.net,
+                                                                                       adam);
+      ASSERT_TRUE(progress.has_value());
+      EXPECT_EQ(progress->step, kProgress.step);
+      expect_same_state(r.whole_state(sharded), torch_load(dir / "at_step_3.pt").toGenericDict(),
+                        "model");
+      const auto optim = full_optimizer_state_dict(*r.net, adam, {.rank0_only = false});
+      expect_same_state(optim.toGenericDict().at("state").toGenericDict(),
+                        torch_load(dir / "optim_at_step_3.pt").toGenericDict().at("state")
+                            .toGenericDict(), "optimizer state");
+    }));
+  }
+}
+
+// A background save whose write fails on one rank (here its part's write throws) is no
+// checkpoint: wait() throws a CheckpointError on both ranks naming the rank, the previous
+// checkpoint stays the newest, and the next save succeeds.
+TEST(DcpCheckpointer, AFailedAsyncSaveIsReportedOnEveryRankByTheNextWait) {
+  test::TempDir dir;
   test::StoreServer server;
   test::expect_all_ok(test::run_processes(2, [&](int rank) {
     torch::set_num_threads(1);
     auto pg = new_process_group("shm", server.client(), rank, 2);
-    DcpCheckpointer ckpt({.directory = dir.path()}, pg);
-    EXPECT_EQ(ckpt.list(), std::vector<std::string>{ckpt.path_for_step(2)});
     Replica r(/*sharded=*/true, pg);
     auto adam = make_adam(r);
-    const auto progress = ckpt.load_latest(*r.net, adam);
-    ASSERT_TRUE(progress.has_value());
-    EXPECT_EQ(progress->step, 2);
-    expect_same_state(r.whole_state(true), torch_load(dir / "at_step_2.pt").toGenericDict(),
-                      "model");
-    ckpt.save(*r.net, adam, {.step = 6});
+    DcpCheckpointerOptions options{.directory = dir.path(), .async_save = true};
+    DcpCheckpointer ckpt(options, pg);
+    ckpt.save(*r.net, adam, {.step = 1});
+    ckpt.wait();
+    if (rank == 1) {
+      options.write.after_partial_write = [] { throw std::runtime_error("disk full (test)"); };
+    }
+    DcpCheckpointer failing(options, pg);
+    failing.save(*r.net, adam, {.step = 2});
+    try {
+      failing.wait();
+      ADD_FAILURE() << "the failed save was not reported";
+    } catch (const CheckpointError& e) {
+      const std::string what = e.what();
+      EXPECT_NE(what.find("failed on rank(s) 0, 1"), std::string::npos) << what;
+      if (rank == 1) EXPECT_NE(what.find("disk full (test)"), std::string::npos) << what;
+      if (rank == 0) EXPECT_NE(what.find("rank(s) 1 could not write"), std::string::npos) << what;
+    }
+    EXPECT_EQ(ckpt.list(), std::vector<std::string>{ckpt.path_for_step(1)});
+    failing.wait();  // reported once: nothing in flight now
+    ckpt.save(*r.net, adam, {.step = 3});
+    ckpt.wait();
+    EXPECT_EQ(ckpt.list().front(), ckpt.path_for_step(3));
   }));
-  EXPECT_FALSE(path_exists(dir / "dcp-4.partial"));
 }
 
 // keep_last 2 of steps 1, 2, 3: 3 and 2 stay. A step folder without .metadata (a save in

@@ -23,6 +23,9 @@
 //          progress (warning about, and skipping, the others), 2. broadcasts its step, 3. every
 //          rank loads the model, the optimizer (its rows of each shard when fully_shard; whole
 //          when not) and the progress from it.
+// With async_save, save() copies the state to host memory and returns; a thread writes it, and
+// the next save, load_latest or wait() reports its failure (Note [Asynchronous DCP save] in
+// src/checkpoint/dcp/background_save.h).
 // Unlike the Checkpointer, the random generators' states are not kept (as the ShardedCheckpointer).
 #pragma once
 
@@ -44,14 +47,26 @@ struct DcpCheckpointerOptions {
   int keep_last = 2;
   std::chrono::milliseconds timeout = kDefaultTimeout;  // barriers and the collectives
   CheckpointWriteOptions write;                          // test hooks (each rank's file)
+  // save() copies the model's and optimizer's state to host memory (memory for one more copy of
+  // this rank's state) and returns; a thread writes the checkpoint while training goes on. The
+  // next save(), load_latest() or wait() waits for it and throws on every rank if it failed.
+  bool async_save = false;
 };
+
+namespace detail::dcp {
+class BackgroundSave;
+}
 
 class DcpCheckpointer : public TrainingCheckpointer {
  public:
   // `pg`: the job's group; a fully_shard module must be sharded over it.
   DcpCheckpointer(DcpCheckpointerOptions options, std::shared_ptr<ProcessGroup> pg);
+  // Waits for a save still being written (so the last checkpoint of a run that ends without
+  // wait() is still published); a failure it had is printed, as a destructor cannot throw.
+  ~DcpCheckpointer() override;
 
-  // Collective (Note [DCP training checkpoint]). Returns the checkpoint's folder.
+  // Collective (Note [DCP training checkpoint]). Returns the checkpoint's folder; with
+  // async_save it is complete once wait() (or the next save) has returned.
   std::string save(const torch::nn::Module& model, const torch::optim::Optimizer& optimizer,
                    const TrainingProgress& progress) override;
 
@@ -65,11 +80,17 @@ class DcpCheckpointer : public TrainingCheckpointer {
   std::vector<std::string> list() const override;
   std::string path_for_step(int64_t step) const override;
 
+  // Collective: waits for the save in flight (async_save) and throws a CheckpointError on every
+  // rank when it failed on any; returns at once when none is.
+  void wait() override;
+
  private:
   void barrier();
 
   DcpCheckpointerOptions options_;
   std::shared_ptr<ProcessGroup> pg_;
+  std::unique_ptr<detail::dcp::BackgroundSave> in_flight_;  // async_save's last save
+  std::string in_flight_folder_;
 };
 
 }  // namespace dpx

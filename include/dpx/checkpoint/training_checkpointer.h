@@ -35,8 +35,9 @@ class TrainingCheckpointer {
   virtual ~TrainingCheckpointer() = default;
 
   // Collective. Writes the checkpoint of `progress.step` and returns its path (a file or a
-  // folder) on every rank; when it returns, the checkpoint is complete on disk, and a save cut
-  // short at any point leaves the previous ones loadable.
+  // folder) on every rank; when it returns, the checkpoint is complete on disk (one that saves
+  // in the background: once wait() returns), and a save cut short at any point leaves the
+  // previous ones loadable.
   virtual std::string save(const torch::nn::Module& model,
                            const torch::optim::Optimizer& optimizer,
                            const TrainingProgress& progress) = 0;
@@ -51,6 +52,12 @@ class TrainingCheckpointer {
 
   // Where the checkpoint of `step` is (or would be) written.
   virtual std::string path_for_step(int64_t step) const = 0;
+
+  // Collective. Waits until the last save is complete on disk and throws its failure, if it had
+  // one: a checkpointer that saves in the background (DcpCheckpointer's async_save) reports
+  // there what went wrong after save() returned. Call it once training ends. A checkpointer
+  // whose save() returns complete has nothing to wait for.
+  virtual void wait() {}
 };
 
 }  // namespace dpx

@@ -3,14 +3,18 @@
 #include "dpx/checkpoint/dcp_checkpointer.h"
 
 #include <array>
+#include <cstdio>
 
 #include "dpx/checkpoint/dcp.h"
 #include "dpx/errors.h"
 #include "dpx/runtime/files.h"
+#include "checkpoint/dcp/background_save.h"
 #include "checkpoint/dcp/chunk_reader.h"
 #include "checkpoint/dcp/dcp_extras.h"
+#include "checkpoint/dcp/dcp_items.h"
 #include "checkpoint/dcp/metadata.h"
 #include "checkpoint/step_directory.h"
+#include "comm/coordination/control.h"
 
 namespace dpx {
 namespace {
@@ -54,6 +58,16 @@ DcpCheckpointer::DcpCheckpointer(DcpCheckpointerOptions options, std::shared_ptr
               options_.keep_last);
 }
 
+DcpCheckpointer::~DcpCheckpointer() {
+  if (!in_flight_) return;
+  const std::string error = in_flight_->join();
+  if (!error.empty()) {
+    std::fprintf(stderr, "%sDcpCheckpointer: the background save of %s failed, and no wait() "
+                 "reported it before the checkpointer was destroyed: %s\n", pg_->where().c_str(),
+                 in_flight_folder_.c_str(), error.c_str());
+  }
+}
+
 std::string DcpCheckpointer::path_for_step(int64_t step) const {
   return dcp_folders(options_.directory).path_for_step(step);
 }
@@ -71,6 +85,7 @@ std::vector<std::string> DcpCheckpointer::list() const {
 std::string DcpCheckpointer::save(const torch::nn::Module& model,
                                   const torch::optim::Optimizer& optimizer,
                                   const TrainingProgress& progress) {
+  wait();
   const auto folders = dcp_folders(options_.directory);
   const std::string final_dir = path_for_step(progress.step);
   const std::string partial = final_dir + kDcpPartial;
@@ -78,15 +93,34 @@ std::string DcpCheckpointer::save(const torch::nn::Module& model,
     folders.create();
     remove_tree(partial);
   }
-  // save_with_extras makes the folder on rank 0 and waits for it before any rank writes.
   const std::vector<detail::dcp::ExtraEntry> extras = {
       {{"progress", kProgressKeys[0]}, progress.epoch},
       {{"progress", kProgressKeys[1]}, progress.step},
       {{"progress", kProgressKeys[2]}, progress.sampler_position}};
-  detail::dcp::save_with_extras(model, optimizer, partial, pg_,
-                                {.prefix = kModelPrefix, .optimizer_prefix = kOptimPrefix,
-                                 .timeout = options_.timeout, .write = options_.write},
-                                extras);
+  const DcpSaveOptions save_options{.prefix = kModelPrefix, .optimizer_prefix = kOptimPrefix,
+                                    .timeout = options_.timeout, .write = options_.write};
+  if (options_.async_save) {  // Note [Asynchronous DCP save] in background_save.h
+    detail::dcp::save_group(model, pg_);  // refuses a module sharded over another group
+    if (pg_->rank() == 0) make_dirs(partial);
+    barrier();
+    const int keep_last = options_.keep_last;
+    in_flight_ = std::make_unique<detail::dcp::BackgroundSave>(detail::dcp::BackgroundSave::Job{
+        .items = detail::dcp::snapshot(
+            detail::dcp::collect_items(model, &optimizer, save_options, extras)),
+        .folder = partial,
+        .rank = pg_->rank(),
+        .world = pg_->size(),
+        .timeout = options_.timeout,
+        .write = options_.write,
+        .publish = [folders, partial, step = progress.step, keep_last] {
+          folders.publish(partial, step);
+          folders.prune(keep_last, kDcpPartial);
+        }});
+    in_flight_folder_ = final_dir;
+    return final_dir;
+  }
+  // save_with_extras makes the folder on rank 0 and waits for it before any rank writes.
+  detail::dcp::save_with_extras(model, optimizer, partial, pg_, save_options, extras);
   if (pg_->rank() == 0) {
     folders.publish(partial, progress.step);
     folders.prune(options_.keep_last, kDcpPartial);
@@ -95,8 +129,28 @@ std::string DcpCheckpointer::save(const torch::nn::Module& model,
   return final_dir;
 }
 
+void DcpCheckpointer::wait() {
+  if (!in_flight_) return;
+  const std::string error = in_flight_->join();
+  in_flight_.reset();
+  // Every rank learns which ranks failed: a failure on one is a failure of the checkpoint.
+  auto mine = at::full({1}, error.empty() ? 0 : 1, at::kLong);
+  auto all = at::empty({pg_->size()}, at::kLong);
+  detail::control_allgather(*pg_, all, mine, options_.timeout);
+  std::string failed;
+  for (int r = 0; r < pg_->size(); ++r) {
+    if (all[r].item<int64_t>() != 0) failed += (failed.empty() ? "" : ", ") + std::to_string(r);
+  }
+  if (failed.empty()) return;
+  throw CheckpointError(pg_->where() + "DcpCheckpointer: the background save of " +
+                        in_flight_folder_ + " failed on rank(s) " + failed +
+                        (error.empty() ? " (their own errors say why)" : ": " + error) +
+                        "; it is no checkpoint, and the one before it is still the newest");
+}
+
 std::optional<TrainingProgress> DcpCheckpointer::load_latest(torch::nn::Module& model,
                                                              torch::optim::Optimizer& optimizer) {
+  wait();
   barrier();
   // The .metadata reads, and the progress is there.
   const int64_t step = detail::agree_on_latest_step(

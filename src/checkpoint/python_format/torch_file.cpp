@@ -5,6 +5,7 @@
 #include <caffe2/serialize/inline_container.h>
 
 #include <cstring>
+#include <exception>
 #include <fstream>
 #include <map>
 #include <memory>
@@ -33,19 +34,29 @@ std::string torch_save_bytes(const c10::IValue& value) {
 void torch_save_to(const c10::IValue& value, const ByteSink& sink) {
   std::vector<at::Tensor> storages;
   const std::string pickle = detail::pickle_dump(value, storages);
+  // A sink that throws (a full disk, a test's hook) must not throw through the writer: its
+  // destructor finishes the archive through the same sink, and an exception from there ends the
+  // process. The first failure is kept, later bytes are dropped, and it is rethrown here.
+  std::exception_ptr failure;
   {
     caffe2::serialize::PyTorchStreamWriter writer([&](const void* data, size_t size) {
-      sink(static_cast<const char*>(data), size);
+      if (failure) return size;
+      try {
+        sink(static_cast<const char*>(data), size);
+      } catch (...) {
+        failure = std::current_exception();
+      }
       return size;
     });
     writer.writeRecord("data.pkl", pickle.data(), pickle.size());
     writer.writeRecord("byteorder", "little", 6);
-    for (size_t i = 0; i < storages.size(); ++i) {
+    for (size_t i = 0; i < storages.size() && !failure; ++i) {
       const auto& s = storages[i];
       writer.writeRecord("data/" + std::to_string(i), s.data_ptr(), s.nbytes());
     }
-    writer.writeEndOfFile();
+    if (!failure) writer.writeEndOfFile();
   }
+  if (failure) std::rethrow_exception(failure);
 }
 
 }  // namespace detail
