@@ -36,6 +36,7 @@ struct Flags {
   int64_t report_every = 100;  // steps between DDP step reports in the metrics file
   std::string sharding = "none";  // none: a DDP replica per rank; full: fully_shard (FSDP)
   std::string checkpoint_format = "dpx";  // dpx: dpx's own files; dcp: PyTorch DCP folders
+  bool checkpoint_async = false;          // dcp: written by a thread while training goes on
 };
 
 // Checks with messages that say what was expected (CLI11's own number checks print the range up
@@ -83,6 +84,9 @@ void add_flags(CLI::App& app, Flags& f) {
                  "dpx's sharded folders with --sharding full) or dcp (a folder a step that "
                  "Python's torch.distributed.checkpoint.load reads, on any number of ranks)")
       ->check(CLI::IsMember({"dpx", "dcp"}));
+  app.add_flag("--checkpoint-async", f.checkpoint_async, "with --checkpoint-format dcp: each save "
+               "copies the state to host memory and a thread writes it while training goes on")
+      ->needs(app.get_option("--checkpoint-format"));
   app.add_option("--report-every", f.report_every, "steps between DDP step reports (metrics)")
       ->check(integer_at_least(1));
 }
@@ -161,7 +165,8 @@ class Model {
     }
     if (flags.checkpoint_format == "dcp") {
       checkpoints_ = std::make_unique<dpx::DcpCheckpointer>(
-          dpx::DcpCheckpointerOptions{.directory = flags.checkpoint_dir}, pg);
+          dpx::DcpCheckpointerOptions{.directory = flags.checkpoint_dir,
+                                      .async_save = flags.checkpoint_async}, pg);
     } else if (sharded_) {
       checkpoints_ = std::make_unique<dpx::ShardedCheckpointer>(
           dpx::ShardedCheckpointerOptions{.directory = flags.checkpoint_dir}, pg);
@@ -180,6 +185,8 @@ class Model {
   void save(const torch::optim::Optimizer& optimizer, const dpx::TrainingProgress& progress) {
     checkpoints_->save(*net_, optimizer, progress);
   }
+  // Once training ends: the last save is complete on disk (or its failure thrown).
+  void wait_for_checkpoints() { checkpoints_->wait(); }
   // The whole trained model in torch.save's form, written by rank 0 (collective when sharded).
   void save_for_python(const std::string& path, bool lead) {
     if (sharded_) return dpx::save_full_state_dict(*net_, path);
@@ -338,6 +345,7 @@ int run(const Flags& flags) {
                                      : dpx::TrainingProgress{epoch, progress.step, seen});
     report.evaluated(epoch, progress.step, test_loss, accuracy);
   }
+  model.wait_for_checkpoints();
   // The trained model for Python: torch.load("<checkpoint-dir>/model.pt", weights_only=True).
   model.save_for_python(flags.checkpoint_dir + "/model.pt", pg->rank() == 0);
   return 0;

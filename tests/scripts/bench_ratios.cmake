@@ -17,3 +17,11 @@ if(TARGET dpx-bench)
   dpx_bench_ratio_smoke(amp 1 amp --batch 4 --rounds 1 --steps 1)
   dpx_bench_ratio_smoke(fsdp 2 fsdp --width 32 --units 3 --batch 4 --rounds 1 --steps 1)
 endif()
+# `dpx-bench dcp-async` with a tiny model: it must save in the background and print its summary.
+if(TARGET dpx-bench)
+  add_test(NAME bench_dcp_async_smoke
+    COMMAND bash -c "d=$(mktemp -d) && trap 'rm -rf $d' EXIT && bash \"$0\" 2 --timeout 60 \"$1\" dcp-async --backend shm --width 32 --units 2 --rounds 1 --steps 2 --dir $d"
+            ${PROJECT_SOURCE_DIR}/bench/run_local.sh $<TARGET_FILE:dpx-bench>)
+  set_tests_properties(bench_dcp_async_smoke PROPERTIES LABELS "scripts;bench" TIMEOUT 90
+    PASS_REGULAR_EXPRESSION "dpx dcp-async: 2 ranks, 2 steps of [0-9.]+ s: a sync save adds")
+endif()

@@ -83,6 +83,8 @@ class DcpCheckpointer : public TrainingCheckpointer {
   // Collective: waits for the save in flight (async_save) and throws a CheckpointError on every
   // rank when it failed on any; returns at once when none is.
   void wait() override;
+  // Whether this rank is still writing a save in the background (async_save); not collective.
+  bool saving() const;
 
  private:
   void barrier();

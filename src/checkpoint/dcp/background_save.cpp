@@ -53,6 +53,7 @@ void BackgroundSave::run() {
     error_ += (error_.empty() ? "" : "; then ") + std::string(e.what());
   }
   job_.items.clear();  // the host copies go as soon as they are written
+  finished_ = true;
 }
 
 void BackgroundSave::publish_when_all_parts_are_written(const Layout& mine) {

@@ -54,6 +54,9 @@ class BackgroundSave {
   // Waits for the thread: "" when this rank's part (and on rank 0 the checkpoint) was written,
   // else what went wrong.
   std::string join();
+  // Whether the thread has ended (its part written, and on rank 0 the checkpoint published, or
+  // failed); join() then returns at once.
+  bool finished() const { return finished_; }
 
  private:
   void run();
@@ -61,6 +64,7 @@ class BackgroundSave {
 
   Job job_;
   std::atomic<bool> stop_{false};
+  std::atomic<bool> finished_{false};
   std::string error_;
   std::thread thread_;
 };

@@ -129,6 +129,8 @@ std::string DcpCheckpointer::save(const torch::nn::Module& model,
   return final_dir;
 }
 
+bool DcpCheckpointer::saving() const { return in_flight_ && !in_flight_->finished(); }
+
 void DcpCheckpointer::wait() {
   if (!in_flight_) return;
   const std::string error = in_flight_->join();

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# --checkpoint-format dcp: under DDP (--sharding none) and fully_shard (--sharding full), a run
-# stopped at step 15 resumes from its DCP checkpoint and ends with the test accuracy of a run
+# --checkpoint-format dcp: under DDP (--sharding none) and fully_shard (--sharding full, with
+# --checkpoint-async: saves written in the background), a run stopped at step 15 resumes from its DCP checkpoint and ends with the test accuracy of a run
 # that was never stopped; Python's dcp.load reads the last checkpoint's model, which is the
 # model.pt the run gathered at its end.
 #   dcp.sh <dpxrun> <fashion_mnist> <scratch dir>
@@ -13,10 +13,12 @@ run straight --sharding none || fail "the run without a stop failed"
 want=$(accuracy "$work/straight.jsonl")
 for sharding in none full; do
   name="dcp-$sharding"
-  run "$name" --sharding "$sharding" --checkpoint-format dcp --max-steps 15 ||
+  format=(--checkpoint-format dcp)
+  [ "$sharding" = full ] && format+=(--checkpoint-async)
+  run "$name" --sharding "$sharding" "${format[@]}" --max-steps 15 ||
     fail "the stopped --sharding $sharding run failed"
   [ -f "$work/$name/dcp-15/.metadata" ] || fail "no DCP checkpoint of step 15 in $work/$name"
-  run "$name" --sharding "$sharding" --checkpoint-format dcp ||
+  run "$name" --sharding "$sharding" "${format[@]}" ||
     fail "the resumed --sharding $sharding run failed"
   grep -q "resumed from checkpoint at epoch 1 step 15" "$work/$name.log" ||
     fail "the --sharding $sharding run did not resume from its DCP checkpoint at step 15"
