@@ -11,6 +11,7 @@
 
 #include <fstream>
 
+#include "dpx/algorithms/zero_redundancy_optimizer.h"
 #include "dpx/checkpoint/dcp.h"
 #include "dpx/checkpoint/fsdp_checkpoint.h"
 #include "dpx/checkpoint/python_format.h"
@@ -31,7 +32,22 @@ using test::dcp_oracle_model;
 // `world` ranks save the oracle model to dir/sharded-<world> (fully_shard) and
 // dir/replicated-<world> (the whole module on every rank, as under DDP); and the optimizer's
 // model, fully_shard and 3 steps of Adam in, with its Adam to dir/adam-<world>, its state whole
-// to dir/adam-<world>-optim.pt for PyTorch to compare with.
+// to dir/adam-<world>-optim.pt for PyTorch to compare with; and the optimizer's model whole on
+// every rank, 3 steps of a ZeroRedundancyOptimizer over Adam in (each rank the state of its
+// share), to dir/zero-<world>, with a plain Adam's state after the same steps in
+// dir/zero-<world>-optim.pt.
+torch::optim::AdamOptions oracle_adam() {
+  return torch::optim::AdamOptions(0.05).betas({0.8, 0.95}).eps(1e-6).weight_decay(0.1);
+}
+
+void adam_steps(torch::nn::Sequential& m, torch::optim::Optimizer& opt, int steps) {
+  for (int step = 0; step < steps; ++step) {
+    opt.zero_grad();
+    m->forward(test::dcp_optim_batch()).pow(2).sum().backward();
+    opt.step();
+  }
+}
+
 void save_on(int world, const std::string& dir) {
   test::StoreServer server;
   test::expect_all_ok(test::run_processes(world, [&](int rank) {
@@ -60,6 +76,19 @@ void save_on(int world, const std::string& dir) {
     dcp_save_state_dict(*o, adam, name, nullptr, {.prefix = "model."});
     const auto optimizer = full_optimizer_state_dict(*o, adam);  // collective; rank 0 gets it
     if (rank == 0) torch_save(optimizer, name + "-optim.pt");
+
+    auto z = test::dcp_optim_model();  // the same batch on every rank: the same gradients
+    ZeroRedundancyOptimizer zero(z->parameters(), pg,
+                                 optimizer_factory<torch::optim::Adam>(oracle_adam()));
+    adam_steps(z, zero, 3);
+    const std::string zero_name = dir + "/zero-" + std::to_string(world);
+    dcp_save_state_dict(*z, zero, zero_name, pg, {.prefix = "model."});
+    if (rank == 0) {
+      auto plain = test::dcp_optim_model();
+      torch::optim::Adam plain_adam(plain->parameters(), oracle_adam());
+      adam_steps(plain, plain_adam, 3);
+      torch_save(full_optimizer_state_dict(*plain, plain_adam), zero_name + "-optim.pt");
+    }
   }));
 }
 
@@ -80,7 +109,7 @@ TEST(DcpSave, PyTorchLoadsWhatDpxWroteOnAnyWorldSize) {
     std::ofstream list(dir / "checkpoints.txt");
     for (const auto& name : names) list << name << "\n";
     std::ofstream optim(dir / "optim_checkpoints.txt");
-    optim << "adam-2\nadam-3\n";
+    optim << "adam-2\nadam-3\nzero-2\nzero-3\n";
   }
   for (const int world : {1, 2, 3, 4}) {
     EXPECT_TRUE(test::run_python({.script = "dcp_oracle.py",
@@ -104,7 +133,7 @@ TEST(DcpSave, PyTorchLoadsWhatDpxWroteOnAnyWorldSize) {
       EXPECT_TRUE(torch::equal(ours[i].second, expected[i].second)) << name << " " << ours[i].first;
     }
   }
-  for (const char* name : {"adam-2", "adam-3"}) {  // and its optimizer's state, on one process
+  for (const char* name : {"adam-2", "adam-3", "zero-2", "zero-3"}) {  // and the optimizer's, whole
     auto o = test::dcp_optim_model();
     torch::optim::Adam adam(o->parameters());
     dcp_load_state_dict(*o, dir / name, {.prefix = "model."});
@@ -126,6 +155,36 @@ TEST(DcpSave, PyTorchLoadsWhatDpxWroteOnAnyWorldSize) {
     EXPECT_DOUBLE_EQ(options.lr(), 0.05) << name;
     EXPECT_DOUBLE_EQ(options.weight_decay(), 0.1) << name;
   }
+}
+
+// A ZeroRedundancyOptimizer's DCP checkpoint of 3 ranks resumes in ZeroRedundancyOptimizers of
+// 2 (each rank the state of its new share, and the checkpoint's hyper-parameters, not the ones
+// it was made with): their next step is a plain Adam's fourth, to the bit.
+TEST(DcpSave, ZeroResumesOnAnotherWorldSizeAsAPlainAdamContinues) {
+  test::TempDir dir;
+  save_on(3, dir.path());
+  auto plain = test::dcp_optim_model();
+  torch::optim::Adam plain_adam(plain->parameters(), oracle_adam());
+  adam_steps(plain, plain_adam, 4);
+  torch::save(plain->parameters(), dir / "after_4.pt");
+  test::StoreServer server;
+  test::expect_all_ok(test::run_processes(2, [&](int rank) {
+    torch::set_num_threads(1);
+    auto pg = new_process_group("shm", server.client(), rank, 2);
+    auto z = test::dcp_optim_model();
+    ZeroRedundancyOptimizer zero(
+        z->parameters(), pg, optimizer_factory<torch::optim::Adam>(torch::optim::AdamOptions()));
+    dcp_load_state_dict(*z, dir / "zero-3", {.prefix = "model."});
+    dcp_load_optimizer_state_dict(*z, zero, dir / "zero-3");
+    adam_steps(z, zero, 1);
+    std::vector<torch::Tensor> want;
+    torch::load(want, dir / "after_4.pt");
+    const auto got = z->parameters();
+    ASSERT_EQ(got.size(), want.size());
+    for (size_t i = 0; i < got.size(); ++i) {
+      EXPECT_TRUE(torch::equal(got[i], want[i])) << "parameter " << i << " on rank " << rank;
+    }
+  }));
 }
 
 // The folder of PyTorch's checkpoints (dcp_oracle.py write, run once per build); "" if it failed.

@@ -106,7 +106,7 @@ std::string DcpCheckpointer::save(const torch::nn::Module& model,
     const int keep_last = options_.keep_last;
     in_flight_ = std::make_unique<detail::dcp::BackgroundSave>(detail::dcp::BackgroundSave::Job{
         .items = detail::dcp::snapshot(
-            detail::dcp::collect_items(model, &optimizer, save_options, extras)),
+            detail::dcp::collect_items(model, &optimizer, save_options, extras, pg_)),
         .folder = partial,
         .rank = pg_->rank(),
         .world = pg_->size(),

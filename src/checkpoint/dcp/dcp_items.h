@@ -35,6 +35,9 @@ struct Item {
   c10::IValue value;
   std::optional<Rows> rows;  // sharded: the rows this rank holds of the whole
   Path path;                 // planner_data
+  // Replicated: the rank that writes it; -1: rank i % world for the i-th entry. A rank that does
+  // not write an entry may hold a meta tensor for it (Note [DCP from ZeRO] in dcp_save.cpp).
+  int writer = -1;
 };
 
 // The group a save of `module` runs on: `given`, or the one its units shard over (they must
@@ -44,11 +47,13 @@ std::shared_ptr<ProcessGroup> save_group(const torch::nn::Module& module,
 
 // What dcp_save_state_dict writes, in the same order on every rank: the module's state dict
 // under options.prefix, then `optimizer`'s state (when given) under options.optimizer_prefix
-// (Note [DCP optimizer state] in dcp.h), then `extras`.
+// (Note [DCP optimizer state] in dcp.h), then `extras`. Collective over `pg` for a
+// ZeroRedundancyOptimizer (Note [DCP from ZeRO] in dcp_save.cpp).
 std::vector<Item> collect_items(const torch::nn::Module& module,
                                 const torch::optim::Optimizer* optimizer,
                                 const DcpSaveOptions& options,
-                                const std::vector<ExtraEntry>& extras);
+                                const std::vector<ExtraEntry>& extras,
+                                const std::shared_ptr<ProcessGroup>& pg);
 
 // The same entries with every tensor copied to host memory (contiguous), so that training may
 // change the originals while the copies are written.

@@ -11,6 +11,7 @@
 #include <set>
 #include <unordered_map>
 
+#include "dpx/algorithms/zero_redundancy_optimizer.h"
 #include "dpx/checkpoint/dcp.h"
 #include "dpx/checkpoint/fsdp_checkpoint.h"
 #include "dpx/errors.h"
@@ -197,6 +198,36 @@ void check_group_params(const torch::nn::Module& module,
   }
 }
 
+// `whole` (the optimizer's state keyed by names, every parameter's) cut to what `local` (a
+// ZeroRedundancyOptimizer's over this rank's share) holds: its parameters' state, and its groups
+// naming them.
+c10::IValue local_share(const torch::nn::Module& module, const torch::optim::Optimizer& local,
+                        const c10::impl::GenericDict& whole) {
+  std::unordered_map<const c10::TensorImpl*, std::string> name_of;
+  for (const auto& s : parameter_shards(module)) {
+    name_of.emplace(s.param.unsafeGetTensorImpl(), s.name);
+  }
+  auto state = any_dict();
+  auto groups = c10::impl::GenericList(c10::AnyType::get());
+  const auto all_state = whole.at("state").toGenericDict();
+  const auto all_groups = whole.at("param_groups").toListRef();
+  for (size_t g = 0; g < local.param_groups().size(); ++g) {
+    auto group = all_groups[g].toGenericDict().copy();
+    auto names = c10::impl::GenericList(c10::StringType::get());
+    for (const auto& p : local.param_groups()[g].params()) {
+      const auto& name = name_of.at(p.unsafeGetTensorImpl());
+      names.push_back(name);
+      if (all_state.contains(name)) state.insert(name, all_state.at(name));
+    }
+    group.insert_or_assign("params", names);
+    groups.push_back(group);
+  }
+  auto out = any_dict();
+  out.insert("state", state);
+  out.insert("param_groups", groups);
+  return out;
+}
+
 }  // namespace
 
 std::vector<std::pair<std::string, at::Tensor>> dcp_read_tensors(const std::string& directory,
@@ -255,10 +286,14 @@ void dcp_load_optimizer_state_dict(const torch::nn::Module& module,
                           " param groups there, " +
                           std::to_string(optimizer.param_groups().size()) + " in the optimizer");
   }
+  // A ZeroRedundancyOptimizer steps its rank's share through an optimizer of its own: that one
+  // gets the state of the share, and both the hyper-parameters (its step hands its own on).
+  auto* zero = dynamic_cast<ZeroRedundancyOptimizer*>(&optimizer);
+  auto& stepping = zero ? zero->local_optimizer() : optimizer;
   auto list = c10::impl::GenericList(c10::AnyType::get());
   for (const auto& [index, group] : groups) {
     const std::string where = directory + ": " + prefix + "param_groups." + std::to_string(index);
-    check_group(optimizer, group, where);
+    check_group(stepping, group, where);
     check_group_params(module, optimizer.param_groups()[static_cast<size_t>(index)], group, where);
     list.push_back(group);
   }
@@ -266,7 +301,14 @@ void dcp_load_optimizer_state_dict(const torch::nn::Module& module,
   whole.insert("state", state);
   whole.insert("param_groups", list);
   try {
-    load_full_optimizer_state_dict(module, optimizer, whole);
+    if (zero) {
+      load_full_optimizer_state_dict(module, stepping, local_share(module, stepping, whole));
+      for (size_t g = 0; g < zero->param_groups().size(); ++g) {
+        zero->param_groups()[g].set_options(stepping.param_groups()[g].options().clone());
+      }
+    } else {
+      load_full_optimizer_state_dict(module, optimizer, whole);
+    }
   } catch (const c10::Error& e) {
     throw CheckpointError(directory + ": " + e.what_without_backtrace());
   }

@@ -3,9 +3,13 @@
 // .metadata last.
 #include <unistd.h>
 
+#include <algorithm>
+#include <array>
 #include <exception>
+#include <map>
 #include <unordered_map>
 
+#include "dpx/algorithms/zero_redundancy_optimizer.h"
 #include "dpx/checkpoint/dcp.h"
 #include "dpx/errors.h"
 #include "dpx/fsdp/fsdp_state_dict.h"
@@ -100,6 +104,117 @@ void add_optimizer(std::vector<Item>& items, const torch::optim::Optimizer& opti
   }
 }
 
+// Note [DCP from ZeRO]
+// A ZeroRedundancyOptimizer's rank keeps the state of its shard of the parameters only, whole. It
+// is written as a plain optimizer's would be (Note [DCP optimizer state] in dcp.h: what
+// get_optimizer_state_dict gives for a model that is not sharded), each state tensor by the rank
+// that owns it, in one chunk, so that dcp.load fills a plain model's optimizer, or FSDP2's, on any
+// number of ranks. Every rank must list the same entries in the same order, but only the owner
+// knows which state a parameter has (none before its first step; max_exp_avg_sq with amsgrad):
+// one all-reduce of a code per parameter and state key (the dtype, and whether the tensor is a
+// scalar like step or shaped like its parameter) tells every rank, and the others stand in for
+// the tensor with a meta tensor of that dtype and shape, which gives .metadata its entry.
+constexpr std::array<const char*, 5> kStateKeys = {"step", "exp_avg", "exp_avg_sq",
+                                                   "max_exp_avg_sq", "momentum_buffer"};
+
+void add_zero_optimizer(std::vector<Item>& items, const ZeroRedundancyOptimizer& zero,
+                        const std::string& prefix, const std::vector<ParameterShard>& all,
+                        const std::shared_ptr<ProcessGroup>& pg) {
+  const int rank = pg ? pg->rank() : 0, world = pg ? pg->size() : 1;
+  if (zero.process_group()->size() != world || zero.process_group()->rank() != rank) {
+    throw std::invalid_argument(
+        "dcp_save_state_dict: the ZeroRedundancyOptimizer's group is not the one the checkpoint "
+        "is saved over (rank " + std::to_string(zero.process_group()->rank()) + " of " +
+        std::to_string(zero.process_group()->size()) + " against " + std::to_string(rank) +
+        " of " + std::to_string(world) + "); pass its group");
+  }
+  const std::string top = prefix.empty() || prefix.back() != '.'
+                              ? prefix
+                              : prefix.substr(0, prefix.size() - 1);
+  Shards of;
+  for (const auto& s : all) of.emplace(s.param.unsafeGetTensorImpl(), &s);
+  std::vector<const ParameterShard*> by_index;  // across all ranks' shares, Python's numbering
+  std::unordered_map<const c10::TensorImpl*, int64_t> index;
+  for (const auto& group : zero.param_groups()) {
+    for (const auto& p : group.params()) {
+      const auto it = of.find(p.unsafeGetTensorImpl());
+      TORCH_CHECK(it != of.end(), "dcp_save_state_dict: the optimizer holds a tensor that is no "
+                  "parameter of the module given");
+      TORCH_CHECK(!it->second->sharded, "dcp_save_state_dict: a ZeroRedundancyOptimizer over a "
+                  "fully_shard module; fully_shard shards the optimizer's state already");
+      index.emplace(p.unsafeGetTensorImpl(), static_cast<int64_t>(by_index.size()));
+      by_index.push_back(it->second);
+    }
+  }
+  auto& local = const_cast<ZeroRedundancyOptimizer&>(zero).local_optimizer();
+  std::vector<int64_t> local_to_global;
+  for (const auto& group : local.param_groups()) {
+    for (const auto& p : group.params()) local_to_global.push_back(index.at(p.unsafeGetTensorImpl()));
+  }
+  const auto n = static_cast<int64_t>(by_index.size());
+  const auto keys = static_cast<int64_t>(kStateKeys.size());
+  auto codes = at::zeros({n * keys}, at::kLong);  // (dtype + 1) + 256 * scalar; 0: absent
+  auto* code = codes.data_ptr<int64_t>();
+  std::map<std::pair<int64_t, int64_t>, at::Tensor> mine;
+  const auto state = optimizer_state_dict(local).toGenericDict();
+  for (const auto& kv : state.at("state").toGenericDict()) {
+    const int64_t i = local_to_global.at(static_cast<size_t>(kv.key().toInt()));
+    const auto& param = by_index[static_cast<size_t>(i)]->param;
+    for (const auto& e : kv.value().toGenericDict()) {
+      const auto& key = e.key().toStringRef();
+      const auto k = std::find(kStateKeys.begin(), kStateKeys.end(), key) - kStateKeys.begin();
+      const auto t = e.value().toTensor().detach();
+      if (k == keys || (t.dim() != 0 && t.sizes() != param.sizes())) {
+        throw std::invalid_argument("dcp_save_state_dict: the ZeroRedundancyOptimizer's state '" +
+                                    key + "' of " + by_index[static_cast<size_t>(i)]->name +
+                                    " is no state of SGD, Adam or AdamW (shaped like its "
+                                    "parameter, or a scalar)");
+      }
+      code[i * keys + k] = static_cast<int64_t>(t.scalar_type()) + 1 + (t.dim() == 0 ? 256 : 0);
+      mine.emplace(std::make_pair(i, static_cast<int64_t>(k)), t);
+    }
+  }
+  if (pg && world > 1) control_allreduce(*pg, codes)->wait();
+  std::vector<int> owner(static_cast<size_t>(n), -1);
+  for (int r = 0; r < world; ++r) {
+    for (const auto& p : zero.shard(r)) owner[static_cast<size_t>(index.at(p.unsafeGetTensorImpl()))] = r;
+  }
+  for (int64_t i = 0; i < n; ++i) {
+    const auto& s = *by_index[static_cast<size_t>(i)];
+    for (int64_t k = 0; k < keys; ++k) {
+      const int64_t c = code[i * keys + k];
+      if (c == 0) continue;
+      const auto dtype = static_cast<c10::ScalarType>(c % 256 - 1);
+      const auto found = mine.find({i, k});
+      at::Tensor value = found != mine.end()
+                             ? found->second
+                             : at::empty(c >= 256 ? std::vector<int64_t>{} : s.param.sizes().vec(),
+                                         at::TensorOptions().dtype(dtype).device(at::kMeta));
+      Item item{prefix + "state." + s.name + "." + kStateKeys[k], value, std::nullopt,
+                Path{top, "state", s.name, kStateKeys[k]}};
+      item.writer = owner[static_cast<size_t>(i)];
+      items.push_back(std::move(item));
+    }
+  }
+  int64_t g = 0;  // the hyper-parameters are the same on every rank: the local groups' own
+  for (const auto& group : state.at("param_groups").toListRef()) {
+    for (const auto& e : group.toGenericDict()) {
+      const auto& key = e.key().toStringRef();
+      c10::IValue value = e.value();
+      if (key == "params") {  // every rank's share of the group, by name
+        auto names = c10::impl::GenericList(c10::StringType::get());
+        for (const auto& p : zero.param_groups().at(static_cast<size_t>(g)).params()) {
+          names.push_back(by_index[static_cast<size_t>(index.at(p.unsafeGetTensorImpl()))]->name);
+        }
+        value = names;
+      }
+      items.push_back({prefix + "param_groups." + std::to_string(g) + "." + key, value,
+                       std::nullopt, Path{top, "param_groups", g, key}});
+    }
+    ++g;
+  }
+}
+
 void save_items(const std::vector<Item>& items, const std::string& directory,
                 const std::shared_ptr<ProcessGroup>& pg, const DcpSaveOptions& options) {
   const int rank = pg ? pg->rank() : 0, world = pg ? pg->size() : 1;
@@ -161,7 +276,8 @@ std::shared_ptr<ProcessGroup> save_group(const torch::nn::Module& module,
 std::vector<Item> collect_items(const torch::nn::Module& module,
                                 const torch::optim::Optimizer* optimizer,
                                 const DcpSaveOptions& options,
-                                const std::vector<ExtraEntry>& extras) {
+                                const std::vector<ExtraEntry>& extras,
+                                const std::shared_ptr<ProcessGroup>& pg) {
   const auto all = parameter_shards(module);
   Shards sharded;
   for (const auto& s : all) {
@@ -169,7 +285,11 @@ std::vector<Item> collect_items(const torch::nn::Module& module,
   }
   std::vector<Item> items;
   add_module(items, module, options.prefix, sharded);
-  if (optimizer) add_optimizer(items, *optimizer, options.optimizer_prefix, all);
+  if (const auto* zero = dynamic_cast<const ZeroRedundancyOptimizer*>(optimizer)) {
+    add_zero_optimizer(items, *zero, options.optimizer_prefix, all, pg);
+  } else if (optimizer) {
+    add_optimizer(items, *optimizer, options.optimizer_prefix, all);
+  }
   for (const auto& extra : extras) {
     std::string fqn;
     for (const auto& part : extra.path) {
@@ -187,6 +307,7 @@ std::vector<Item> snapshot(const std::vector<Item>& items) {
   for (auto& item : copy) {
     if (!item.value.isTensor()) continue;  // ints, floats, strings, tuples: values already
     const auto& t = item.value.toTensor();
+    if (t.is_meta()) continue;  // another rank writes it (Note [DCP from ZeRO])
     item.value = t.to(at::kCPU, t.scalar_type(), /*non_blocking=*/false, /*copy=*/true,
                       at::MemoryFormat::Contiguous);
   }
@@ -208,7 +329,10 @@ Layout write_part(const std::vector<Item>& items, const std::string& directory, 
         for (size_t i = 0; i < items.size(); ++i) {
           const auto& item = items[i];
           int64_t* e = layout.data() + 1 + i * kFields;
-          if (!item.rows && static_cast<int>(i % world) != rank) continue;  // another rank's
+          const int writer = item.rows      ? rank
+                             : item.writer >= 0 ? item.writer
+                                                : static_cast<int>(i % world);
+          if (writer != rank) continue;  // another rank's
           int64_t length = 0;
           torch_save_to(item.value, [&](const char* data, size_t size) {
             sink(data, size);
@@ -261,7 +385,7 @@ void save_with_extras(const torch::nn::Module& module, const torch::optim::Optim
                       const std::string& directory, std::shared_ptr<ProcessGroup> process_group,
                       const DcpSaveOptions& options, const std::vector<ExtraEntry>& extras) {
   const auto pg = save_group(module, std::move(process_group));
-  save_items(collect_items(module, &optimizer, options, extras), directory, pg, options);
+  save_items(collect_items(module, &optimizer, options, extras, pg), directory, pg, options);
 }
 
 }  // namespace detail::dcp
@@ -270,8 +394,8 @@ void dcp_save_state_dict(const torch::nn::Module& module, const std::string& dir
                          std::shared_ptr<ProcessGroup> process_group,
                          const DcpSaveOptions& options) {
   const auto pg = detail::dcp::save_group(module, std::move(process_group));
-  detail::dcp::save_items(detail::dcp::collect_items(module, nullptr, options, {}), directory, pg,
-                          options);
+  detail::dcp::save_items(detail::dcp::collect_items(module, nullptr, options, {}, pg), directory,
+                          pg, options);
 }
 
 void dcp_save_state_dict(const torch::nn::Module& module,
