@@ -1,6 +1,8 @@
 // Note [Asynchronous DCP save] in background_save.h.
 #include "checkpoint/dcp/background_save.h"
 
+#include <sys/resource.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <cstring>
@@ -12,6 +14,8 @@
 
 namespace dpx::detail::dcp {
 namespace {
+
+constexpr int kWriterNice = 10;
 
 std::string layout_file(const std::string& folder, int rank) {
   return folder + "/.layout-" + std::to_string(rank);
@@ -38,6 +42,10 @@ std::string BackgroundSave::join() {
 }
 
 void BackgroundSave::run() {
+  // Below training's threads: the write (serialising, checksumming, copying into the page cache)
+  // takes the cores training leaves idle, not the ones it computes on. Linux's nice value is per
+  // thread; where that fails the write keeps the process's priority.
+  ::setpriority(PRIO_PROCESS, static_cast<id_t>(::syscall(SYS_gettid)), kWriterNice);
   Layout mine(layout_size(job_.items), 0);
   try {
     mine = write_part(job_.items, job_.folder, job_.rank, job_.world, job_.write);
