@@ -13,8 +13,9 @@
 // and is read without running it (Note [DCP metadata] in src/checkpoint/dcp/metadata.h lists
 // what is refused). What is written: a fully_shard module's parameters as each rank's shard,
 // replicated tensors (a DDP module's, buffers) once, spread over the ranks. An optimizer's state
-// in FSDP2's layout is read and written (Note [DCP optimizer state]). Not yet: asynchronous
-// saves, the safetensors form (docs/checkpoint.md).
+// in FSDP2's layout is read and written (Note [DCP optimizer state]), a ZeroRedundancyOptimizer's
+// too (each rank the state of its share). Saves in the background: DcpCheckpointer's async_save.
+// Not read: the safetensors form, which PyTorch's own dcp.load refuses (docs/checkpoint.md).
 #pragma once
 
 #include <torch/nn/module.h>
@@ -73,7 +74,8 @@ LoadStateDictResult dcp_load_state_dict(torch::nn::Module& module, const std::st
 // Loads the optimizer's state of `module` (fully_shard or not, on any number of ranks whatever
 // the number that saved) from the entries under `options.prefix` ("optim." for a checkpoint
 // saved as {"model": ..., "optim": ...}): each rank reads the rows of its shards of each state
-// tensor, and each group's hyper-parameters. The module's own state is loaded by
+// tensor, and each group's hyper-parameters. A ZeroRedundancyOptimizer gets on each rank the
+// state of its share. The module's own state is loaded by
 // dcp_load_state_dict with prefix "model.". Not collective. A CheckpointError names the key and
 // the directory when the checkpoint's parameters, groups or shapes are not the optimizer's; the
 // optimizer is unchanged unless everything was read. The objects are read with the restricted
@@ -110,7 +112,9 @@ void dcp_save_state_dict(const torch::nn::Module& module, const std::string& dir
 // The same with `optimizer`'s state (SGD, Adam or AdamW over `module`'s parameters) in the same
 // checkpoint, under options.optimizer_prefix, as FSDP2's get_optimizer_state_dict names it
 // (Note [DCP optimizer state]): each rank writes the rows of its shards of each state tensor; the
-// step counts and each group's hyper-parameters (objects) are written once. A Python job on any
+// step counts and each group's hyper-parameters (objects) are written once. A
+// ZeroRedundancyOptimizer (over an unsharded module) is written as a plain optimizer: each state
+// tensor whole, by the rank that owns it (Note [DCP from ZeRO] in src/checkpoint/dcp/dcp_save.cpp). A Python job on any
 // number of ranks loads it with dcp.load({"model": msd, "optim": osd}) and
 // set_optimizer_state_dict; dpx with dcp_load_optimizer_state_dict.
 void dcp_save_state_dict(const torch::nn::Module& module,
