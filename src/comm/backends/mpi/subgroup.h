@@ -22,7 +22,8 @@
 // block each other. Members make the groups they share in one order, as every rank issues a
 // group's collectives in one order; otherwise they time out. After a set-up timeout the
 // creations of the ranks are out of step (an unmatched join may be left): end the job.
-// dpx reserves the tags kJoinTag, kVerdictTag and kCreateTag on MPI_COMM_WORLD.
+// dpx reserves the tags kJoinTag, kVerdictTag and kCreateTag on MPI_COMM_WORLD (a program's
+// own receive there with MPI_ANY_TAG could take its messages).
 #pragma once
 
 #include <mpi.h>
