@@ -11,6 +11,7 @@
 #include <cstdio>
 #include <csignal>
 #include <cstdlib>
+#include <stdexcept>
 #include <thread>
 
 #include "comm/backends/mpi/process_group_mpi.h"
@@ -340,6 +341,180 @@ TEST(MpiDdp, EquivalentToOneProcess) {
     test::expect_params_close(detached(net), detached(ref));
     EXPECT_EQ(ddp->stats().iterations, kSteps);
   }
+}
+
+// Sub-groups (Note [MPI sub-groups] in src/comm/backends/mpi/subgroup.h): made by their members
+// only, with the members' order as group ranks.
+
+std::vector<int> evens(int w) {
+  std::vector<int> m;
+  for (int r = 0; r < w; r += 2) m.push_back(r);
+  return m;
+}
+
+// Odd ranks from the highest down, so that group rank and world rank differ in order.
+std::vector<int> odds_down(int w) {
+  std::vector<int> m;
+  for (int r = w - 1; r >= 0; --r) {
+    if (r % 2 == 1) m.push_back(r);
+  }
+  return m;
+}
+
+std::shared_ptr<ProcessGroup> subgroup(const std::vector<int>& members,
+                                       milliseconds timeout = milliseconds(20000)) {
+  ProcessGroup::Options o;
+  o.timeout = timeout;
+  return new_process_group("mpi", {}, members, o);
+}
+
+// Every collective in a group of `members`, whose member i contributes contribution(i, ...);
+// exact results.
+void expect_collectives(ProcessGroup& pg, const std::vector<int>& members) {
+  const int n = static_cast<int>(members.size());
+  const int me = pg.rank();
+  auto t = contribution(me, 1003, at::kFloat);
+  pg.allreduce(t)->wait();
+  EXPECT_TRUE(torch::equal(t, expected(n, 1003, ReduceOp::kSum, at::kFloat)));
+  auto b = contribution(me, 77, at::kLong);
+  pg.broadcast(b, {n - 1})->wait();
+  EXPECT_TRUE(torch::equal(b, contribution(n - 1, 77, at::kLong)));
+  auto out = at::empty({n * 101}, at::kDouble);
+  pg.allgather(out, contribution(me, 101, at::kDouble))->wait();
+  for (int r = 0; r < n; ++r) {
+    EXPECT_TRUE(torch::equal(out.narrow(0, r * 101, 101), contribution(r, 101, at::kDouble)));
+  }
+  auto in = contribution(me, 257 * n, at::kFloat);
+  auto mine = at::empty({257}, at::kFloat);
+  pg.reduce_scatter(mine, in, {ReduceOp::kMax})->wait();
+  EXPECT_TRUE(torch::equal(mine, expected(n, 257 * n, ReduceOp::kMax, at::kFloat)
+                                     .narrow(0, me * 257, 257)));
+}
+
+// Evens and odds make their groups at the same time, each without the other, and use them
+// while the world's group is idle.
+TEST(MpiSubgroups, TwoDisjointGroupsAtOnceGiveExactResults) {
+  auto world = mpi_group();
+  const int w = world->size();
+  const std::vector<int> members = world->rank() % 2 == 0 ? evens(w) : odds_down(w);
+  auto pg = subgroup(members);
+  EXPECT_EQ(pg->backend(), "mpi");
+  ASSERT_EQ(pg->size(), static_cast<int>(members.size()));
+  EXPECT_EQ(members[pg->rank()], world->rank());
+  for (int i = 0; i < 2; ++i) expect_collectives(*pg, members);
+  // The world's group is untouched by them.
+  auto t = at::ones({3});
+  world->allreduce(t)->wait();
+  EXPECT_TRUE(torch::equal(t, at::full({3}, w, at::kFloat)));
+}
+
+// The last rank makes no call at all while the others make and use a group of their own: no
+// world-wide step waits for it. (A world-wide one would wait past its sleep, or time out.)
+TEST(MpiSubgroups, ARankOutsideTheGroupTakesNoPart) {
+  auto world = mpi_group();
+  const int w = world->size();
+  const int outside = w - 1;
+  if (world->rank() == outside) {
+    std::this_thread::sleep_for(milliseconds(2000));
+  } else {
+    std::vector<int> members;
+    for (int r = 0; r < outside; ++r) members.push_back(r);
+    const auto t0 = Clock::now();
+    auto pg = subgroup(members, milliseconds(5000));
+    expect_collectives(*pg, members);
+    pg->barrier()->wait();
+    EXPECT_LT(seconds_since(t0), 1.5);
+  }
+  world->barrier()->wait();
+}
+
+TEST(MpiSubgroups, BadMemberListsAreRefused) {
+  auto world = mpi_group();
+  const int w = world->size();
+  const int me = world->rank();
+  auto refused = [&](const std::vector<int>& members, const std::string& says) {
+    try {
+      subgroup(members);
+      ADD_FAILURE() << "a bad member list was accepted (" << says << ")";
+    } catch (const std::invalid_argument& e) {
+      EXPECT_NE(std::string(e.what()).find(says), std::string::npos) << e.what();
+    }
+  };
+  refused({}, "the member list is empty");
+  refused({me, me}, "names rank " + std::to_string(me) + " twice");
+  refused({me, w}, "names rank " + std::to_string(w) + ", out of range for world size " +
+                       std::to_string(w));
+  refused({me, -1}, "names rank -1, out of range");
+  refused({(me + 1) % w}, "this rank (" + std::to_string(me) + ") is not in the member list");
+  world->barrier()->wait();
+}
+
+// Members that name different lists (the same first member, another order) all get
+// MismatchError at once, not a timeout.
+TEST(MpiSubgroups, MembersThatDisagreeGetMismatchError) {
+  auto world = mpi_group();
+  if (world->size() < 3) GTEST_SKIP() << "needs 3 ranks";
+  const int me = world->rank();
+  if (me <= 2) {
+    const std::vector<int> members =
+        me == 2 ? std::vector<int>{0, 2, 1} : std::vector<int>{0, 1, 2};
+    const auto t0 = Clock::now();
+    try {
+      subgroup(members, milliseconds(10000));
+      ADD_FAILURE() << "members that disagree made a group";
+    } catch (const MismatchError& e) {
+      EXPECT_NE(std::string(e.what()).find("same list, in the same order"), std::string::npos)
+          << e.what();
+    }
+    EXPECT_LT(seconds_since(t0), 2.0);
+  }
+  world->barrier()->wait();
+}
+
+// A member that never comes: the first member ends in TimeoutError naming it, within the
+// timeout, and its MPI thread goes on serving other groups.
+TEST(MpiSubgroups, AMemberThatNeverComesEndsInTimeoutError) {
+  auto world = mpi_group();
+  const int w = world->size();
+  if (world->rank() == 0) {
+    const auto t0 = Clock::now();
+    try {
+      subgroup({0, w - 1}, milliseconds(1000));
+      ADD_FAILURE() << "a group was made without rank " << w - 1;
+    } catch (const TimeoutError& e) {
+      EXPECT_NE(std::string(e.what()).find("ranks [" + std::to_string(w - 1) +
+                                           "] did not make the group within 1000 ms"),
+                std::string::npos) << e.what();
+    }
+    const double took = seconds_since(t0);
+    EXPECT_GT(took, 0.9);
+    EXPECT_LT(took, 2.0);
+  }
+  auto t = at::ones({2});
+  world->allreduce(t)->wait();
+  EXPECT_TRUE(torch::equal(t, at::full({2}, w, at::kFloat)));
+}
+
+// The first member never comes: the others end in TimeoutError within the timeout and the
+// grace they give it to answer their withdrawal (2 s).
+TEST(MpiSubgroups, AFirstMemberThatNeverComesEndsInTimeoutError) {
+  auto world = mpi_group();
+  const int w = world->size();
+  if (world->rank() == 0) {
+    const auto t0 = Clock::now();
+    try {
+      subgroup({w - 1, 0}, milliseconds(1000));
+      ADD_FAILURE() << "a group was made without rank " << w - 1;
+    } catch (const TimeoutError& e) {
+      EXPECT_NE(std::string(e.what()).find("rank " + std::to_string(w - 1) +
+                                           " (the first member) did not answer"),
+                std::string::npos) << e.what();
+    }
+    const double took = seconds_since(t0);
+    EXPECT_GT(took, 2.9);
+    EXPECT_LT(took, 4.0);
+  }
+  world->barrier()->wait();
 }
 
 // Run alone (CTest mpi.setup_timeout): the last rank never makes the group, and the others'

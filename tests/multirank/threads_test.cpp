@@ -1,7 +1,12 @@
 // Threads as ranks: several groups in one process over one in-memory store.
 #include <torch/torch.h>
 
+#include <chrono>
+#include <stdexcept>
+#include <thread>
+
 #include "dpx/dpx.h"
+#include "support/expect_throws.h"
 #include "support/harness.h"
 
 namespace dpx {
@@ -44,6 +49,56 @@ TEST(ThreadsAsRanks, TwoGroupsOfABackendShareAStore) {
     });
     for (int r = 0; r < 2; ++r) EXPECT_EQ(errors[r], "") << "rank " << r;
   }
+}
+
+// Sub-groups by member list on a store: {0, 2} and {3, 1} at once (group ranks in the list's
+// order), each on its own prefix of the world's store, while rank 4 makes no call at all. The
+// starts are staggered so that, were both groups on one prefix, each group's rank 0 would meet
+// the other group's rank 1 (Note [Store rounds] in src/store/round.h).
+TEST(ThreadsAsRanks, SubgroupsByMemberList) {
+  constexpr int kWorld = 5;
+  const int start_ms[kWorld] = {0, 0, 300, 150, 0};
+  for (const std::string backend : {"gloo", "shm"}) {
+    SCOPED_TRACE(backend);
+    auto store = Store::hash();
+    auto errors = test::run_threads(kWorld, [&](int rank) {
+      if (rank == 4) return;
+      std::this_thread::sleep_for(std::chrono::milliseconds(start_ms[rank]));
+      const std::vector<int> members = rank % 2 == 0 ? std::vector<int>{0, 2}
+                                                     : std::vector<int>{3, 1};
+      ProcessGroup::Options o;
+      o.timeout = std::chrono::milliseconds(5000);
+      auto pg = new_process_group(backend, StoreAndRank{store, rank, kWorld}, members, o);
+      ASSERT_EQ(pg->size(), 2);
+      EXPECT_EQ(members[pg->rank()], rank);
+      auto t = at::full({16}, float(rank + 1));
+      pg->allreduce(t)->wait();
+      EXPECT_TRUE(t.equal(at::full({16}, float(members[0] + members[1] + 2))));
+      auto b = at::full({4}, float(rank));
+      pg->broadcast(b, {0})->wait();
+      EXPECT_TRUE(b.equal(at::full({4}, float(members[0]))));
+      auto gathered = at::empty({2}, at::kLong);
+      pg->allgather(gathered, at::full({1}, rank, at::kLong))->wait();
+      EXPECT_TRUE(gathered.equal(at::tensor({members[0], members[1]}, at::kLong)));
+    });
+    for (int r = 0; r < kWorld; ++r) EXPECT_EQ(errors[r], "") << "rank " << r;
+  }
+}
+
+TEST(ThreadsAsRanks, SubgroupMemberListsAreChecked) {
+  const StoreAndRank world{Store::hash(), 1, 4};
+  auto refused = [&](const std::vector<int>& members, const StoreAndRank& w) {
+    return test::expect_throws<std::invalid_argument>(
+        [&] { new_process_group("gloo", w, members); });
+  };
+  EXPECT_NE(refused({0, 2}, world).find("this rank (1) is not in the member list [0, 2]"),
+            std::string::npos);
+  EXPECT_NE(refused({1, 1}, world).find("names rank 1 twice"), std::string::npos);
+  EXPECT_NE(refused({1, 4}, world).find("names rank 4, out of range for world size 4"),
+            std::string::npos);
+  EXPECT_NE(refused({}, world).find("the member list is empty"), std::string::npos);
+  EXPECT_NE(refused({0}, StoreAndRank{}).find("rendezvous_store returns them"),
+            std::string::npos);
 }
 
 TEST(ThreadsAsRanks, StoreOperations) {

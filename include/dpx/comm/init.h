@@ -6,6 +6,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "dpx/comm/process_group.h"
 #include "dpx/store/store.h"
@@ -50,12 +51,26 @@ struct StoreAndRank {
 };
 StoreAndRank rendezvous_store(const InitOptions& options);
 
-// A group of the given backend over a store the caller made (tests, tools, sub-groups); "mpi"
-// takes a null store too (its group is every rank of MPI_COMM_WORLD). Makes
-// no process-wide choice: call init_process() first where they are wanted. A CUDA device
-// becomes the calling thread's current one, as with init_process_group.
+// A group of the given backend over a store the caller made (tests, tools); "mpi" takes a null
+// store too (its group is every rank of MPI_COMM_WORLD). Makes no process-wide choice: call
+// init_process() first where they are wanted. A CUDA device becomes the calling thread's
+// current one, as with init_process_group.
 std::shared_ptr<ProcessGroup> new_process_group(const std::string& backend,
                                                 std::shared_ptr<Store> store, int rank, int size,
+                                                ProcessGroup::Options options = {});
+
+// A sub-group: `members` are ranks of `world` (the store every rank shares, this process's rank
+// and the world size, as rendezvous_store gives them), in group-rank order (group rank i is
+// members[i]). Only the members call it, and nothing waits for the other ranks, so groups of
+// different members are made at the same time. The group's keys go under a prefix named after
+// the list, on world.store. For "mpi", `world` may be {}: the world is MPI_COMM_WORLD (rank and
+// size from MPI; a store is optional, as above), and the members alone make it with
+// MPI_Comm_create_group (Note [MPI sub-groups] in src/comm/backends/mpi/subgroup.h). A list that
+// is empty, names a rank out of range or twice, or lacks this rank raises std::invalid_argument.
+//   auto pair = dpx::new_process_group("mpi", {}, {0, 2});   // on ranks 0 and 2 only
+std::shared_ptr<ProcessGroup> new_process_group(const std::string& backend,
+                                                const StoreAndRank& world,
+                                                std::vector<int> members,
                                                 ProcessGroup::Options options = {});
 
 }  // namespace dpx

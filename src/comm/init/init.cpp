@@ -4,6 +4,8 @@
 #include <netdb.h>
 #include <sys/socket.h>
 
+#include <stdexcept>
+
 #include "comm/backends/mpi/process_group_mpi.h"
 #include "comm/plan/backend.h"
 #include "comm/init/descriptors.h"
@@ -141,11 +143,12 @@ Rendezvous rendezvous(const InitOptions& opts) {
 // The one path from a parsed backend to a group; the stall inspector watches every group made
 // with a store (an mpi group may have none).
 std::shared_ptr<ProcessGroup> new_group(detail::Backend backend, std::shared_ptr<Store> store,
-                                        int rank, int size, ProcessGroup::Options options) {
+                                        int rank, int size, ProcessGroup::Options options,
+                                        std::vector<int> mpi_members = {}) {
   TORCH_CHECK(store != nullptr || backend == detail::Backend::kMpi,
               "new_process_group: the store is null (only the mpi backend needs none)");
   check_rank(rank, size);
-  detail::BackendArgs args{store, rank, size, options};
+  detail::BackendArgs args{store, rank, size, options, std::move(mpi_members)};
   args.options.device = cuda::local_device(args.options.device);  // "cuda": LOCAL_RANK's GPU
   // The rank's GPU is current from here on (this thread): NCCL's communicator, c10d's streams
   // and any CUDA call without a device land on it, not on GPU 0 (Note [Thread devices]).
@@ -182,6 +185,31 @@ std::shared_ptr<ProcessGroup> new_process_group(const std::string& backend,
                                                 std::shared_ptr<Store> store, int rank, int size,
                                                 ProcessGroup::Options options) {
   return new_group(detail::requested_backend(backend), std::move(store), rank, size, options);
+}
+
+std::shared_ptr<ProcessGroup> new_process_group(const std::string& backend,
+                                                const StoreAndRank& world,
+                                                std::vector<int> members,
+                                                ProcessGroup::Options options) {
+  const detail::Backend b = detail::requested_backend(backend);
+  int rank = world.rank;
+  int size = world.world_size;
+  if (b == detail::Backend::kMpi) {
+    const detail::MpiWorld mpi = detail::mpi_world(rank, size);
+    rank = mpi.rank;
+    size = mpi.size;
+  } else if (rank < 0 || size < 1 || !world.store) {
+    throw std::invalid_argument(
+        "new_process_group(\"" + backend + "\", world, members): give the world's store, this "
+        "process's rank in it and its world size (rendezvous_store returns them); only mpi "
+        "takes them from MPI");
+  }
+  check_rank(rank, size);
+  const int place = detail::place_in(members, rank, size, where(rank, size));
+  const int n = static_cast<int>(members.size());
+  auto store = world.store ? Store::prefix(detail::members_key(members), world.store) : nullptr;
+  if (b != detail::Backend::kMpi) members.clear();  // their store is the group's already
+  return new_group(b, std::move(store), place, n, options, std::move(members));
 }
 
 std::shared_ptr<ProcessGroup> init_process_group(InitOptions opts) {

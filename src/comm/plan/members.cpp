@@ -4,6 +4,8 @@
 
 #include <algorithm>
 #include <climits>
+#include <cstdint>
+#include <stdexcept>
 #include <vector>
 
 #include "store/round.h"
@@ -80,7 +82,52 @@ std::vector<int> failing_peers(const std::vector<Member>& all, int rank) {
   return peers;
 }
 
+std::string list_string(const std::vector<int>& ranks) {
+  std::string s = "[";
+  for (std::size_t i = 0; i < ranks.size(); ++i) s += (i ? ", " : "") + std::to_string(ranks[i]);
+  return s + "]";
+}
+
 }  // namespace
+
+int place_in(const std::vector<int>& members, int rank, int world_size, const std::string& where) {
+  const std::string list = "the member list " + list_string(members);
+  if (members.empty()) {
+    throw std::invalid_argument(where + "the member list is empty; name the group's members, "
+                                "as ranks of the world, in group-rank order");
+  }
+  std::vector<bool> seen(world_size, false);
+  for (int r : members) {
+    if (r < 0 || r >= world_size) {
+      throw std::invalid_argument(where + list + " names rank " + std::to_string(r) + ", out of "
+                                  "range for world size " + std::to_string(world_size) +
+                                  "; members are ranks of the world, 0 to world size - 1");
+    }
+    if (seen[r]) {
+      throw std::invalid_argument(where + list + " names rank " + std::to_string(r) + " twice; "
+                                  "name each member once");
+    }
+    seen[r] = true;
+  }
+  const auto it = std::find(members.begin(), members.end(), rank);
+  if (it == members.end()) {
+    throw std::invalid_argument(where + "this rank (" + std::to_string(rank) + ") is not in " +
+                                list + "; only the members make a group: skip the call on the "
+                                "other ranks");
+  }
+  return static_cast<int>(it - members.begin());
+}
+
+std::string members_key(const std::vector<int>& members) {
+  std::string list;
+  for (int r : members) list += (list.empty() ? "" : ",") + std::to_string(r);
+  if (list.size() <= 80) return "subgroup/" + list;
+  // A long list becomes its size and a hash (FNV-1a, the same on every host), so that every
+  // key of the group stays short.
+  std::uint64_t h = 1469598103934665603ull;
+  for (unsigned char c : list) h = (h ^ c) * 1099511628211ull;
+  return "subgroup/" + std::to_string(members.size()) + "#" + std::to_string(h);
+}
 
 void check_members(Store& store, int rank, int size, std::chrono::milliseconds timeout,
                    const std::string& where) {

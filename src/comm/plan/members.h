@@ -4,6 +4,7 @@
 
 #include <chrono>
 #include <string>
+#include <vector>
 
 #include "dpx/store/store.h"
 
@@ -32,5 +33,13 @@ void check_members(Store& store, int rank, int size, std::chrono::milliseconds t
 // job (rank 0's, or a file): a launcher's agent store outlives the workers it saw, whose ranks
 // new workers take over after a membership change.
 void claim_rank(Store& store, int rank, const std::string& where);
+
+// This rank's place in `members` (a sub-group's members as ranks of a world of `world_size`, in
+// group-rank order). Throws std::invalid_argument naming what is wrong with the list: empty, a
+// rank out of range or named twice, or this rank not in it (only members make a sub-group).
+int place_in(const std::vector<int>& members, int rank, int world_size, const std::string& where);
+
+// The store prefix that keeps a sub-group's keys apart from every other member list's.
+std::string members_key(const std::vector<int>& members);
 
 }  // namespace dpx::detail

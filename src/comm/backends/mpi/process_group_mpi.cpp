@@ -12,6 +12,7 @@
 #include "comm/backends/mpi/collective.h"
 #include "comm/backends/mpi/datatypes.h"
 #include "comm/backends/mpi/runtime.h"
+#include "comm/backends/mpi/subgroup.h"
 #include "comm/coordination/consistency.h"
 
 namespace dpx::detail {
@@ -44,9 +45,15 @@ MpiGroup::MpiGroup(const BackendArgs& args)
     : ProcessGroup(args.rank, args.size, args.options), runtime_(mpi::Runtime::instance()) {
   TORCH_CHECK(args.options.device.is_cpu(), where(), "the mpi backend of dpx works on CPU tensors; "
               "the factory stages CUDA tensors through host memory");
-  TORCH_CHECK(args.rank == runtime_.rank() && args.size == runtime_.size(), where(),
-              "the mpi backend makes groups of every rank of MPI_COMM_WORLD (rank ",
-              runtime_.rank(), " of ", runtime_.size(), "); sub-groups are not supported yet");
+  if (args.members.empty()) {
+    TORCH_CHECK(args.rank == runtime_.rank() && args.size == runtime_.size(), where(),
+                "an mpi group without a member list is every rank of MPI_COMM_WORLD (rank ",
+                runtime_.rank(), " of ", runtime_.size(), "); for a sub-group, pass its members "
+                "(new_process_group(\"mpi\", {}, members))");
+  } else {
+    TORCH_INTERNAL_ASSERT(static_cast<int>(args.members.size()) == args.size &&
+                          args.members[args.rank] == runtime_.rank());
+  }
   if (args.store) {
     check_settings_agree(*args.store, rank(), size(), {{"backend", "mpi"}}, options().timeout,
                          where());
@@ -56,13 +63,17 @@ MpiGroup::MpiGroup(const BackendArgs& args)
   channel_->size = size();
   channel_->where = where();
   channel_->timeout = options().timeout;
+  // A sub-group's own communicator first, by its members only; both are then duplicated from
+  // it (or from MPI_COMM_WORLD), and it is freed.
+  const MPI_Comm parent = args.members.empty() ? MPI_COMM_WORLD :
+      mpi::create_subgroup_comm(runtime_, args.members, options().timeout, where());
   // MPI_Comm_idup, not MPI_Comm_dup: a rank that never makes the group must end in a timeout
   // here, not block the MPI thread (and every other group's collectives) for ever.
   std::vector<MPI_Request> requests(2, MPI_REQUEST_NULL);
   auto ch = channel_;
   runtime_.call([&] {
     for (MPI_Comm* c : {&ch->data, &ch->check}) {
-      const int rc = MPI_Comm_idup(MPI_COMM_WORLD, c, &requests[c == &ch->check]);
+      const int rc = MPI_Comm_idup(parent, c, &requests[c == &ch->check]);
       if (rc != MPI_SUCCESS) {
         throw DistributedError(where() + "mpi: MPI_Comm_idup failed: " + mpi::error_string(rc));
       }
@@ -75,13 +86,18 @@ MpiGroup::MpiGroup(const BackendArgs& args)
     made->wait();
   } catch (const TimeoutError&) {
     throw TimeoutError(where() + "mpi: the other ranks did not all make the group within " +
-                       std::to_string(options().timeout.count()) + " ms (every rank of "
-                       "MPI_COMM_WORLD makes each mpi group, in the same order)");
+                       std::to_string(options().timeout.count()) + " ms (every member, all of "
+                       "MPI_COMM_WORLD without a member list, makes each mpi group, in the same "
+                       "order)");
   }
   // MPI's default handler aborts the job on an error; errors are dpx's exceptions instead.
   runtime_.call([&] {
     MPI_Comm_set_errhandler(ch->data, MPI_ERRORS_RETURN);
     MPI_Comm_set_errhandler(ch->check, MPI_ERRORS_RETURN);
+    if (parent != MPI_COMM_WORLD) {
+      MPI_Comm freed = parent;
+      MPI_Comm_free(&freed);
+    }
   });
 }
 

@@ -20,8 +20,9 @@ struct MpiWorld {
 // MPI's, else a clear error (RANK/WORLD_SIZE that disagree with the MPI launcher).
 MpiWorld mpi_world(int rank = -1, int size = -1);
 
-// A group of every rank of MPI_COMM_WORLD; args.rank and args.size must be MPI's. The store
-// may be null; with one, the ranks also check through it that they all asked for mpi.
+// A group of every rank of MPI_COMM_WORLD (args.rank and args.size must be MPI's), or of
+// args.members only, made by them alone (Note [MPI sub-groups] in comm/backends/mpi/subgroup.h).
+// The store may be null; with one, the ranks also check through it that they all asked for mpi.
 std::shared_ptr<ProcessGroup> make_mpi_group(const BackendArgs& args);
 
 }  // namespace dpx::detail
