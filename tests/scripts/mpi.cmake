@@ -52,3 +52,13 @@ if(DPX_WITH_MPI AND DPX_MPIEXEC AND TARGET dpx-bench)
   set_tests_properties(bench_allreduce_mpi PROPERTIES LABELS "scripts;bench;mpi" TIMEOUT 90
     ENVIRONMENT "OMPI_ALLOW_RUN_AS_ROOT=1;OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1")
 endif()
+# The MPI's asynchronous-progress probe, one round, so it cannot rot (its numbers:
+# docs/performance.md).
+if(DPX_WITH_MPI AND DPX_MPIEXEC AND TARGET dpx-bench-mpi-progress)
+  add_test(NAME bench_mpi_progress
+    COMMAND ${DPX_MPIEXEC} ${DPX_MPIEXEC_FLAGS} -np 2 $<TARGET_FILE:dpx-bench-mpi-progress>
+      --iters 1)
+  set_tests_properties(bench_mpi_progress PROPERTIES LABELS "scripts;bench;mpi" TIMEOUT 90
+    ENVIRONMENT "OMPI_ALLOW_RUN_AS_ROOT=1;OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1"
+    PASS_REGULAR_EXPRESSION "16777216 +[0-9.]+ +[0-9.]+ +[0-9.]+ +[0-9.]+")
+endif()
