@@ -64,7 +64,8 @@ void add_flags(CLI::App& app, Flags& f) {
   app.add_option("--batch-size", f.batch_size, "samples per rank and step (default 64)")
       ->check(integer_at_least(1));
   app.add_option("--lr", f.lr, "Adam's learning rate (default 2e-3)")->check(kPositiveFinite);
-  app.add_option("--backend", f.backend, "auto (default), shm, gloo, nccl, or mpi (under mpirun)");
+  app.add_option("--backend", f.backend, "auto (default), shm, gloo, nccl, mpi (under mpirun), or "
+                 "hierarchical-mpi (under mpirun, with MASTER_ADDR and MASTER_PORT)");
   app.add_option("--checkpoint-dir", f.checkpoint_dir, "where checkpoints go and resume from");
   app.add_option("--checkpoint-every", f.checkpoint_every, "steps between checkpoints")
       ->check(integer_at_least(1));

@@ -200,35 +200,107 @@ TEST(MpiSetup, DpxBackendSelectsIt) {
   other->barrier()->wait();
 }
 
-// With a store (here a file every rank opens, named after rank 0's pid, broadcast over mpi), the stall inspector
-// runs on an mpi group too and names the rank that has not issued the collective.
+// A store every rank of `world` opens: a file named after rank 0's pid (broadcast over mpi), in
+// /tmp, which the namespace hosts of mpi.two_hosts share too. Rank 0 removes it at the end.
+class FileStore {
+ public:
+  explicit FileStore(ProcessGroup& world) : world_(world) {
+    auto pid = at::full({1}, static_cast<std::int64_t>(::getpid()), at::kLong);
+    world.broadcast(pid, {0})->wait();
+    path_ = "/tmp/dpx_mpi_test_store_" + std::to_string(pid.item<std::int64_t>());
+    store_ = Store::file(path_, world.size());
+  }
+  ~FileStore() {
+    store_.reset();
+    world_.barrier()->wait();
+    if (world_.rank() == 0) std::remove(path_.c_str());
+  }
+  const std::shared_ptr<Store>& store() const { return store_; }
+
+ private:
+  ProcessGroup& world_;
+  std::string path_;
+  std::shared_ptr<Store> store_;
+};
+
+// With a store, the stall inspector runs on an mpi group too and names the rank that has not
+// issued the collective.
 TEST(MpiSetup, WithAStoreTheStallInspectorNamesTheLateRank) {
   auto world = mpi_group();
-  auto pid = at::full({1}, static_cast<std::int64_t>(::getpid()), at::kLong);
-  world->broadcast(pid, {0})->wait();  // rank 0's pid names the file
-  const std::string path = "/tmp/dpx_mpi_test_store_" + std::to_string(pid.item<std::int64_t>());
-  {
-    auto store = Store::file(path, world->size());
-    ProcessGroup::Options o;
-    o.timeout = milliseconds(20000);
-    o.stall_threshold = milliseconds(200);
-    auto pg = new_process_group("mpi", store, world->rank(), world->size(), o);
-    const int late = pg->size() - 1;
-    if (pg->rank() == late) std::this_thread::sleep_for(milliseconds(1500));
-    auto t = at::ones({4});
-    pg->allreduce(t)->wait();
-    EXPECT_TRUE(torch::equal(t, at::full({4}, pg->size(), at::kFloat)));
-    if (pg->rank() != late) {
-      const std::string key = "dpx_stall/report/" + std::to_string(pg->rank());
-      ASSERT_TRUE(store->check({key})) << "no stall report";  // get() would wait for it
-      const std::string report = store->get(key);
-      EXPECT_NE(report.find("have not issued it yet: rank " + std::to_string(late)),
-                std::string::npos) << report;
-    }
-    pg->barrier()->wait();
+  FileStore file(*world);
+  const auto& store = file.store();
+  ProcessGroup::Options o;
+  o.timeout = milliseconds(20000);
+  o.stall_threshold = milliseconds(200);
+  auto pg = new_process_group("mpi", store, world->rank(), world->size(), o);
+  const int late = pg->size() - 1;
+  if (pg->rank() == late) std::this_thread::sleep_for(milliseconds(1500));
+  auto t = at::ones({4});
+  pg->allreduce(t)->wait();
+  EXPECT_TRUE(torch::equal(t, at::full({4}, pg->size(), at::kFloat)));
+  if (pg->rank() != late) {
+    const std::string key = "dpx_stall/report/" + std::to_string(pg->rank());
+    ASSERT_TRUE(store->check({key})) << "no stall report";  // get() would wait for it
+    const std::string report = store->get(key);
+    EXPECT_NE(report.find("have not issued it yet: rank " + std::to_string(late)),
+              std::string::npos) << report;
   }
-  world->barrier()->wait();
-  if (world->rank() == 0) std::remove(path.c_str());
+  pg->barrier()->wait();
+}
+
+// "hierarchical-mpi": shm inside each host, MPI between the hosts' leaders and for the
+// collectives that do not go through the hosts. Here every rank is on one host (shm, then the
+// flat MPI group); mpi.two_hosts runs it with 1 rank (MPI alone) and 2 ranks (shm and the
+// leaders' MPI group) on each of two namespace hosts.
+TEST(MpiHierarchical, EveryCollectiveIsExact) {
+  auto world = mpi_group();
+  FileStore file(*world);
+  auto pg = new_process_group("hierarchical-mpi", file.store(), world->rank(), world->size());
+  EXPECT_EQ(pg->backend(), "hierarchical-mpi");
+  const int w = pg->size();
+  for (auto dtype : kDtypes) {
+    for (auto op : kOps) {
+      if (!applies(op, dtype)) continue;
+      auto t = contribution(pg->rank(), 1003, dtype);
+      pg->allreduce(t, {op})->wait();
+      EXPECT_TRUE(torch::equal(t, expected(w, 1003, op, dtype))) << label(dtype, op);
+    }
+    for (int root = 0; root < w; ++root) {
+      auto t = contribution(pg->rank(), 333, dtype);
+      pg->broadcast(t, {root})->wait();
+      EXPECT_TRUE(torch::equal(t, contribution(root, 333, dtype)))
+          << c10::toString(dtype) << " root " << root;
+    }
+  }
+  auto in = contribution(pg->rank(), 101, at::kFloat);
+  auto gathered = at::empty({w * 101}, at::kFloat);
+  pg->allgather(gathered, in)->wait();
+  for (int r = 0; r < w; ++r) {
+    EXPECT_TRUE(torch::equal(gathered.narrow(0, r * 101, 101), contribution(r, 101, at::kFloat)));
+  }
+  auto whole = contribution(pg->rank(), 257 * w, at::kFloat);
+  auto mine = at::empty({257}, at::kFloat);
+  pg->reduce_scatter(mine, whole)->wait();
+  EXPECT_TRUE(torch::equal(
+      mine, expected(w, 257 * w, ReduceOp::kSum, at::kFloat).narrow(0, pg->rank() * 257, 257)));
+  pg->barrier()->wait();
+}
+
+// Its ranks must be MPI_COMM_WORLD's: store ranks in another order are refused on every rank
+// (an even world: every rank takes another's number).
+TEST(MpiHierarchical, StoreRanksMustBeMpisRanks) {
+  auto world = mpi_group();
+  if (world->size() % 2 != 0) GTEST_SKIP() << "needs an even number of ranks";
+  FileStore file(*world);
+  const int swapped = world->size() - 1 - world->rank();
+  ProcessGroup::Options o;
+  o.timeout = milliseconds(5000);
+  try {
+    new_process_group("hierarchical-mpi", file.store(), swapped, world->size(), o);
+    ADD_FAILURE() << "store rank " << swapped << " on MPI rank " << world->rank() << " accepted";
+  } catch (const std::exception& e) {
+    EXPECT_NE(std::string(e.what()).find("MPI"), std::string::npos) << e.what();
+  }
 }
 
 TEST(MpiFaults, RanksThatDisagreeGetMismatchErrorAndTheGroupGoesOn) {

@@ -20,7 +20,7 @@ if(DPX_WITH_MPI AND DPX_MPIEXEC)
     add_test(NAME mpi.two_hosts COMMAND bash ${CMAKE_CURRENT_LIST_DIR}/mpi/two_hosts.sh
       ${DPX_MPIEXEC} $<TARGET_FILE:dpx_mpi_tests>)
     set_tests_properties(mpi.two_hosts PROPERTIES LABELS "multiproc;mpi" TIMEOUT 300
-      PASS_REGULAR_EXPRESSION "two_hosts: PASS" SKIP_REGULAR_EXPRESSION "SKIPPED")
+      PASS_REGULAR_EXPRESSION "two_hosts: PASS" SKIP_REGULAR_EXPRESSION "two_hosts: SKIPPED")
   endif()
   # The example over mpi under the MPI's launcher (example.sh).
   if(TARGET fashion_mnist)

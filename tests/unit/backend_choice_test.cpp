@@ -103,12 +103,13 @@ TEST(BackendChoice, AGpuIsNamedByItsPciBusIdNotItsIndex) {
 }
 
 TEST(BackendChoice, NamesAreParsedOnceAndABadOneListsTheGoodOnes) {
-  for (const char* name : {"auto", "shm", "gloo", "nccl", "hierarchical", "mpi"}) {
+  for (const char* name :
+       {"auto", "shm", "gloo", "nccl", "hierarchical", "mpi", "hierarchical-mpi"}) {
     EXPECT_STREQ(to_string(parse_backend(name)), name);
   }
   auto msg = test::expect_throws<c10::Error>([] { parse_backend("ucc"); });
-  EXPECT_NE(msg.find("unknown backend 'ucc'; use auto, shm, gloo, hierarchical, nccl or mpi"),
-            std::string::npos) << msg;
+  EXPECT_NE(msg.find("unknown backend 'ucc'; use auto, shm, gloo, hierarchical, nccl, mpi or "
+                     "hierarchical-mpi"), std::string::npos) << msg;
   ::setenv("DPX_BACKEND", "gloo", 1);
   EXPECT_EQ(requested_backend("auto"), Backend::kGloo);  // the variable replaces auto only
   EXPECT_EQ(requested_backend("shm"), Backend::kShm);

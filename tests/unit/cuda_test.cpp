@@ -80,7 +80,8 @@ TEST(DeviceBackendChoice, TheGpuBackendOnTheCpuIsAClearError) {
 TEST(DeviceBackendChoice, UnknownBackendsListTheKnownOnes) {
   auto msg = test::expect_throws<c10::Error>(
       [] { new_process_group("ucc", Store::hash(), 0, 1); });
-  EXPECT_THAT(msg, HasSubstr("use auto, shm, gloo, hierarchical, nccl or mpi"));
+  EXPECT_THAT(msg,
+              HasSubstr("use auto, shm, gloo, hierarchical, nccl, mpi or hierarchical-mpi"));
 }
 
 // c10d's texts (Note [NCCL error words] in comm/backends/nccl/translate.cpp) as the typed errors.

@@ -111,7 +111,8 @@ TEST_F(EnvTest, UnresolvableMasterAddrIsNamed) {
 TEST_F(EnvTest, UnknownBackendAndDebugLevel) {
   InitOptions o;
   o.backend = "ucc";
-  EXPECT_ERROR_HAS(init_process_group(o), "unknown backend 'ucc'; use auto, shm, gloo, hierarchical, nccl or mpi");
+  EXPECT_ERROR_HAS(init_process_group(o), "unknown backend 'ucc'; use auto, shm, gloo, "
+                                          "hierarchical, nccl, mpi or hierarchical-mpi");
   ::setenv("DPX_BACKEND", "ucx", 1);
   EXPECT_ERROR_HAS(init_process_group(), "unknown backend 'ucx'");
   ::setenv("DPX_DEBUG", "LOUD", 1);

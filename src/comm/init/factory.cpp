@@ -57,6 +57,9 @@ std::shared_ptr<ProcessGroup> make_group(Backend asked, const BackendArgs& args)
     case Backend::kShm: group = make_shm_group(host); break;
     case Backend::kGloo: group = make_gloo_group(host); break;
     case Backend::kHierarchical: group = make_hierarchical_group(host, placed().hosts); break;
+    case Backend::kHierarchicalMpi:  // shm inside each host, MPI between (and for the rest)
+      group = make_hierarchical_group(host, placed().hosts, Backend::kMpi);
+      break;
     default: TORCH_INTERNAL_ASSERT(false, "choose_backend gave ", to_string(b));
   }
   return on_device ? make_staged_group(std::move(group), args.options) : group;

@@ -146,7 +146,8 @@ std::shared_ptr<ProcessGroup> new_group(detail::Backend backend, std::shared_ptr
                                         int rank, int size, ProcessGroup::Options options,
                                         std::vector<int> mpi_members = {}) {
   TORCH_CHECK(store != nullptr || backend == detail::Backend::kMpi,
-              "new_process_group: the store is null (only the mpi backend needs none)");
+              "new_process_group: the store is null (only the mpi backend needs none; "
+              "hierarchical-mpi sets its hosts' shm groups up through one)");
   check_rank(rank, size);
   detail::BackendArgs args{store, rank, size, options, std::move(mpi_members)};
   args.options.device = cuda::local_device(args.options.device);  // "cuda": LOCAL_RANK's GPU

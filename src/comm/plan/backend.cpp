@@ -8,10 +8,11 @@ namespace dpx::detail {
 
 Backend parse_backend(const std::string& name) {
   for (Backend b : {Backend::kAuto, Backend::kShm, Backend::kGloo, Backend::kNccl,
-                    Backend::kHierarchical, Backend::kMpi}) {
+                    Backend::kHierarchical, Backend::kMpi, Backend::kHierarchicalMpi}) {
     if (name == to_string(b)) return b;
   }
-  TORCH_CHECK(false, "unknown backend '", name, "'; use auto, shm, gloo, hierarchical, nccl or mpi");
+  TORCH_CHECK(false, "unknown backend '", name,
+              "'; use auto, shm, gloo, hierarchical, nccl, mpi or hierarchical-mpi");
 }
 
 Backend requested_backend(const std::string& name) {
@@ -27,6 +28,7 @@ const char* to_string(Backend b) {
     case Backend::kNccl: return "nccl";
     case Backend::kHierarchical: return "hierarchical";
     case Backend::kMpi: return "mpi";
+    case Backend::kHierarchicalMpi: return "hierarchical-mpi";
   }
   TORCH_INTERNAL_ASSERT(false, "unknown Backend");
 }

@@ -6,9 +6,10 @@
 
 namespace dpx::detail {
 
-enum class Backend { kAuto, kShm, kGloo, kNccl, kHierarchical, kMpi };
+enum class Backend { kAuto, kShm, kGloo, kNccl, kHierarchical, kMpi, kHierarchicalMpi };
 
-// "auto", "shm", "gloo", "nccl", "hierarchical", "mpi"; anything else is an error that lists them.
+// "auto", "shm", "gloo", "nccl", "hierarchical", "mpi", "hierarchical-mpi"; anything else is an
+// error that lists them.
 Backend parse_backend(const std::string& name);
 
 // What was asked: `name`, or DPX_BACKEND when `name` is "auto" and the variable is set.

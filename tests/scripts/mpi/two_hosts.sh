@@ -13,7 +13,7 @@ for per_host in 1 2; do
   np=$((2 * per_host))
   out=$(bash "$run" "$per_host" "$mpiexec" "$tests" 2>&1)
   rc=$?
-  if [ "$rc" = 77 ]; then echo "SKIPPED: $out"; exit 0; fi
+  if [ "$rc" = 77 ]; then echo "two_hosts: SKIPPED: $out"; exit 0; fi
   passed=$(grep -c 'PASSED  \]' <<< "$out")
   echo "$per_host rank(s) per host: exit $rc, $passed of $np ranks passed"
   if [ "$rc" != 0 ] || [ "$passed" != "$np" ]; then

@@ -1,4 +1,4 @@
-// The hierarchical backend: shm inside each host, gloo between one leader per host
+// The hierarchical backend: shm inside each host, gloo (or MPI) between one leader per host
 // (Note [Hierarchical collectives]).
 #include "comm/backends/hierarchical/process_group_hierarchical.h"
 
@@ -9,6 +9,7 @@
 #include "comm/coordination/consistency.h"
 #include "comm/coordination/issuer.h"
 #include "comm/backends/gloo/process_group_gloo.h"
+#include "comm/backends/mpi/process_group_mpi.h"
 #include "comm/backends/shm/process_group_shm.h"
 #include "dpx/errors.h"
 
@@ -28,7 +29,11 @@ namespace {
 // it), between the leaders from the root's host, inside every host from its leader.
 // all-gather, reduce-scatter and barrier go over a flat gloo group of every rank (in issue order
 // with the others). Hosts with
-// one rank have no shm group; a job on one host no leaders' group. The steps of one collective
+// one rank have no shm group; a job on one host no leaders' group.
+// "hierarchical-mpi" is the same with MPI in gloo's place: the leaders' group is made by the
+// leaders alone (MPI_Comm_create_group: Note [MPI sub-groups] in comm/backends/mpi/subgroup.h),
+// the flat one is all of MPI_COMM_WORLD, whose ranks must be the store's. The hosts are still
+// what the store round says they are (Note [What a host is]), as for the shm groups. The steps of one collective
 // run on the group's issuer thread, one collective after the other in issue order, so every
 // sub-group sees its collectives in the same order on every rank.
 //
@@ -49,12 +54,15 @@ namespace {
 // host's shm group with the same error type, so that its ranks stop waiting in step 3, and drops
 // its leaders' gloo group, whose closed connections end the other leaders' step 2 with
 // PeerLostError (which they pass on to their hosts the same way). Every later collective fails
-// at once with the first error.
+// at once with the first error. Over MPI nothing tells the other leaders: their step 2 ends
+// with the group's timeout (TimeoutError), which they pass on the same way.
 class HierarchicalGroup : public ProcessGroup {
  public:
-  HierarchicalGroup(const BackendArgs& args, const HostLayout& layout);
+  HierarchicalGroup(const BackendArgs& args, const HostLayout& layout, Backend between);
   ~HierarchicalGroup() override { issuer_.reset(); }  // before the groups its thread uses
-  std::string backend() const override { return "hierarchical"; }
+  std::string backend() const override {
+    return between_kind_ == Backend::kMpi ? "hierarchical-mpi" : "hierarchical";
+  }
 
  protected:
   std::shared_ptr<Work> do_allreduce(at::Tensor& tensor, const AllreduceOptions& opts) override;
@@ -99,6 +107,7 @@ class HierarchicalGroup : public ProcessGroup {
   void break_group(std::exception_ptr error);
 
   HostLayout layout_;
+  Backend between_kind_;  // gloo or mpi
   int host_;
   std::shared_ptr<ShmGroup> inside_;       // this host's ranks; null when alone on the host
   std::shared_ptr<ProcessGroup> between_;  // the leaders; null unless leader of several hosts
@@ -115,14 +124,19 @@ BackendArgs sub_group(const BackendArgs& args, const std::string& prefix, int ra
   return sub;
 }
 
-HierarchicalGroup::HierarchicalGroup(const BackendArgs& args, const HostLayout& layout)
-    : ProcessGroup(args.rank, args.size, args.options), layout_(layout),
+HierarchicalGroup::HierarchicalGroup(const BackendArgs& args, const HostLayout& layout,
+                                     Backend between)
+    : ProcessGroup(args.rank, args.size, args.options), layout_(layout), between_kind_(between),
       host_(layout.host_of.at(args.rank)) {
+  TORCH_INTERNAL_ASSERT(between == Backend::kGloo || between == Backend::kMpi);
+  // MPI's ranks are its groups' ranks: the store's must be the same (a clear error if not).
+  if (between == Backend::kMpi) mpi_world(args.rank, args.size);
   TORCH_CHECK(args.options.device.is_cpu(), where(), "the hierarchical backend works on CPU "
               "tensors (a CUDA group stages them: docs/backends.md), not ", args.options.device);
   TORCH_INTERNAL_ASSERT(static_cast<int>(layout.host_of.size()) == args.size);
-  check_settings_agree(*args.store, rank(), size(), {{"backend", "hierarchical"}},
+  check_settings_agree(*args.store, rank(), size(), {{"backend", backend()}},
                        options().timeout, where());
+  const bool mpi = between == Backend::kMpi;
   // Inside first, then between, then flat: each waits only for ranks that finished the one
   // before (a leader is in both of the first two).
   const int local_size = layout_.local_size(rank());
@@ -131,9 +145,14 @@ HierarchicalGroup::HierarchicalGroup(const BackendArgs& args, const HostLayout& 
                                                    layout_.local_rank_of[rank()], local_size));
   }
   if (layout_.hosts() > 1 && layout_.is_leader(rank())) {
-    between_ = make_gloo_group(sub_group(args, "hier/leaders", host_, layout_.hosts()));
+    auto leaders = sub_group(args, "hier/leaders", host_, layout_.hosts());
+    if (mpi) {
+      for (int h = 0; h < layout_.hosts(); ++h) leaders.members.push_back(layout_.leader(h));
+    }
+    between_ = mpi ? make_mpi_group(leaders) : make_gloo_group(leaders);
   }
-  flat_ = make_gloo_group(sub_group(args, "hier/all", rank(), size()));
+  auto all = sub_group(args, "hier/all", rank(), size());
+  flat_ = mpi ? make_mpi_group(all) : make_gloo_group(all);
   issuer_ = std::make_unique<Issuer>(options().timeout, where(), "hierarchical");
 }
 
@@ -279,8 +298,8 @@ void HierarchicalGroup::break_group(std::exception_ptr error) {
 }  // namespace
 
 std::shared_ptr<ProcessGroup> make_hierarchical_group(const BackendArgs& args,
-                                                      const HostLayout& layout) {
-  return std::make_shared<HierarchicalGroup>(args, layout);
+                                                      const HostLayout& layout, Backend between) {
+  return std::make_shared<HierarchicalGroup>(args, layout, between);
 }
 
 }  // namespace dpx::detail
