@@ -114,8 +114,8 @@ void dcp_save_state_dict(const torch::nn::Module& module, const std::string& dir
 // (Note [DCP optimizer state]): each rank writes the rows of its shards of each state tensor; the
 // step counts and each group's hyper-parameters (objects) are written once. A
 // ZeroRedundancyOptimizer (over an unsharded module) is written as a plain optimizer: each state
-// tensor whole, by the rank that owns it (Note [DCP from ZeRO] in src/checkpoint/dcp/dcp_save.cpp). A Python job on any
-// number of ranks loads it with dcp.load({"model": msd, "optim": osd}) and
+// tensor whole, by the rank that owns it (Note [DCP from ZeRO] in src/checkpoint/dcp/dcp_zero.cpp).
+// A Python job on any number of ranks loads it with dcp.load({"model": msd, "optim": osd}) and
 // set_optimizer_state_dict; dpx with dcp_load_optimizer_state_dict.
 void dcp_save_state_dict(const torch::nn::Module& module,
                          const torch::optim::Optimizer& optimizer, const std::string& directory,

@@ -5,6 +5,8 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include <c10/util/StringUtil.h>
+
 #include <cstring>
 #include <exception>
 
@@ -19,12 +21,6 @@ constexpr int kWriterNice = 10;
 
 std::string layout_file(const std::string& folder, int rank) {
   return folder + "/.layout-" + std::to_string(rank);
-}
-
-std::string ranks_text(const std::vector<int>& ranks) {
-  std::string out;
-  for (const int r : ranks) out += (out.empty() ? "" : ", ") + std::to_string(r);
-  return out;
 }
 
 }  // namespace
@@ -91,7 +87,7 @@ void BackgroundSave::publish_when_all_parts_are_written(const Layout& mine) {
     missing = std::move(still);
     if (missing.empty()) break;
     if (stop_ || std::chrono::steady_clock::now() >= deadline) {
-      throw CheckpointError("rank(s) " + ranks_text(missing) + " did not finish their part of " +
+      throw CheckpointError("rank(s) " + c10::Join(", ", missing) + " did not finish their part of " +
                             job_.folder + (stop_ ? " before the checkpointer was destroyed"
                                                  : " within " + std::to_string(
                                                        job_.timeout.count()) + " ms") +
@@ -99,16 +95,9 @@ void BackgroundSave::publish_when_all_parts_are_written(const Layout& mine) {
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
   }
-  std::vector<int> failed;
   std::vector<const int64_t*> parts;
-  for (int r = 0; r < job_.world; ++r) {
-    parts.push_back(layouts[static_cast<size_t>(r)].data());
-    if (parts.back()[0] != 1) failed.push_back(r);
-  }
-  if (!failed.empty()) {
-    throw CheckpointError("rank(s) " + ranks_text(failed) + " could not write their part of " +
-                          job_.folder + " (their own errors say why); no .metadata was written");
-  }
+  for (const auto& layout : layouts) parts.push_back(layout.data());
+  check_parts_written(parts, job_.folder, "");
   write_file_atomically(job_.folder + "/.metadata", pickle_metadata(metadata_of(job_.items,
                                                                                 parts)));
   for (int r = 0; r < job_.world; ++r) ::unlink(layout_file(job_.folder, r).c_str());

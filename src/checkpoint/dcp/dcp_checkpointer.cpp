@@ -2,8 +2,11 @@
 // kept per step by the StepDirectory, the progress as objects beside the model and optimizer.
 #include "dpx/checkpoint/dcp_checkpointer.h"
 
+#include <c10/util/StringUtil.h>
+
 #include <array>
 #include <cstdio>
+#include <vector>
 
 #include "dpx/checkpoint/dcp.h"
 #include "dpx/errors.h"
@@ -139,13 +142,13 @@ void DcpCheckpointer::wait() {
   auto mine = at::full({1}, error.empty() ? 0 : 1, at::kLong);
   auto all = at::empty({pg_->size()}, at::kLong);
   detail::control_allgather(*pg_, all, mine, options_.timeout);
-  std::string failed;
+  std::vector<int> failed;
   for (int r = 0; r < pg_->size(); ++r) {
-    if (all[r].item<int64_t>() != 0) failed += (failed.empty() ? "" : ", ") + std::to_string(r);
+    if (all[r].item<int64_t>() != 0) failed.push_back(r);
   }
   if (failed.empty()) return;
   throw CheckpointError(pg_->where() + "DcpCheckpointer: the background save of " +
-                        in_flight_folder_ + " failed on rank(s) " + failed +
+                        in_flight_folder_ + " failed on rank(s) " + c10::Join(", ", failed) +
                         (error.empty() ? " (their own errors say why)" : ": " + error) +
                         "; it is no checkpoint, and the one before it is still the newest");
 }

@@ -3,13 +3,12 @@
 // .metadata last.
 #include <unistd.h>
 
-#include <algorithm>
-#include <array>
+#include <c10/util/StringUtil.h>
+
 #include <exception>
-#include <map>
 #include <unordered_map>
 
-#include "dpx/algorithms/zero_redundancy_optimizer.h"
+#include "dpx/algorithms/zero_redundancy_optimizer.h"  // the dynamic_cast in collect_items
 #include "dpx/checkpoint/dcp.h"
 #include "dpx/errors.h"
 #include "dpx/fsdp/fsdp_state_dict.h"
@@ -22,8 +21,6 @@
 namespace dpx {
 namespace detail::dcp {
 namespace {
-
-using Shards = std::unordered_map<const c10::TensorImpl*, const ParameterShard*>;
 
 // A chunk's offsets and sizes: rows [first, first + rows) of dimension 0, the rest whole.
 Chunk chunk_of(const std::vector<int64_t>& whole, int64_t first, int64_t rows) {
@@ -61,21 +58,9 @@ void add_module(std::vector<Item>& items, const torch::nn::Module& module,
 // in dcp.h): state tensors shaped like their parameter's shard are its rows, the rest (step)
 // replicated; each group's hyper-parameters and parameter names as objects.
 void add_optimizer(std::vector<Item>& items, const torch::optim::Optimizer& optimizer,
-                   const std::string& prefix, const std::vector<ParameterShard>& all) {
-  const std::string top = prefix.empty() || prefix.back() != '.'
-                              ? prefix
-                              : prefix.substr(0, prefix.size() - 1);
-  Shards of;
-  for (const auto& s : all) of.emplace(s.param.unsafeGetTensorImpl(), &s);
-  std::vector<const ParameterShard*> by_index;  // Python's numbering across the groups
-  for (const auto& group : optimizer.param_groups()) {
-    for (const auto& p : group.params()) {
-      const auto it = of.find(p.unsafeGetTensorImpl());
-      TORCH_CHECK(it != of.end(), "dcp_save_state_dict: the optimizer holds a tensor that is no "
-                  "parameter of the module given");
-      by_index.push_back(it->second);
-    }
-  }
+                   const std::string& prefix, const Shards& of) {
+  const std::string top = path_root(prefix);
+  const auto by_index = numbered_params(optimizer.param_groups(), of);
   const auto state = optimizer_state_dict(optimizer).toGenericDict();
   for (const auto& kv : state.at("state").toGenericDict()) {
     const auto& s = *by_index.at(static_cast<size_t>(kv.key().toInt()));
@@ -87,132 +72,7 @@ void add_optimizer(std::vector<Item>& items, const torch::optim::Optimizer& opti
                        Path{top, "state", s.name, key}});
     }
   }
-  int64_t g = 0;
-  for (const auto& group : state.at("param_groups").toListRef()) {
-    for (const auto& e : group.toGenericDict()) {
-      const auto& key = e.key().toStringRef();
-      c10::IValue value = e.value();
-      if (key == "params") {  // indices to names
-        auto names = c10::impl::GenericList(c10::StringType::get());
-        for (const auto& i : value.toListRef()) names.push_back(by_index.at(i.toInt())->name);
-        value = names;
-      }
-      items.push_back({prefix + "param_groups." + std::to_string(g) + "." + key, value,
-                       std::nullopt, Path{top, "param_groups", g, key}});
-    }
-    ++g;
-  }
-}
-
-// Note [DCP from ZeRO]
-// A ZeroRedundancyOptimizer's rank keeps the state of its shard of the parameters only, whole. It
-// is written as a plain optimizer's would be (Note [DCP optimizer state] in dcp.h: what
-// get_optimizer_state_dict gives for a model that is not sharded), each state tensor by the rank
-// that owns it, in one chunk, so that dcp.load fills a plain model's optimizer, or FSDP2's, on any
-// number of ranks. Every rank must list the same entries in the same order, but only the owner
-// knows which state a parameter has (none before its first step; max_exp_avg_sq with amsgrad):
-// one all-reduce of a code per parameter and state key (the dtype, and whether the tensor is a
-// scalar like step or shaped like its parameter) tells every rank, and the others stand in for
-// the tensor with a meta tensor of that dtype and shape, which gives .metadata its entry.
-constexpr std::array<const char*, 5> kStateKeys = {"step", "exp_avg", "exp_avg_sq",
-                                                   "max_exp_avg_sq", "momentum_buffer"};
-
-void add_zero_optimizer(std::vector<Item>& items, const ZeroRedundancyOptimizer& zero,
-                        const std::string& prefix, const std::vector<ParameterShard>& all,
-                        const std::shared_ptr<ProcessGroup>& pg) {
-  const int rank = pg ? pg->rank() : 0, world = pg ? pg->size() : 1;
-  if (zero.process_group()->size() != world || zero.process_group()->rank() != rank) {
-    throw std::invalid_argument(
-        "dcp_save_state_dict: the ZeroRedundancyOptimizer's group is not the one the checkpoint "
-        "is saved over (rank " + std::to_string(zero.process_group()->rank()) + " of " +
-        std::to_string(zero.process_group()->size()) + " against " + std::to_string(rank) +
-        " of " + std::to_string(world) + "); pass its group");
-  }
-  const std::string top = prefix.empty() || prefix.back() != '.'
-                              ? prefix
-                              : prefix.substr(0, prefix.size() - 1);
-  Shards of;
-  for (const auto& s : all) of.emplace(s.param.unsafeGetTensorImpl(), &s);
-  std::vector<const ParameterShard*> by_index;  // across all ranks' shares, Python's numbering
-  std::unordered_map<const c10::TensorImpl*, int64_t> index;
-  for (const auto& group : zero.param_groups()) {
-    for (const auto& p : group.params()) {
-      const auto it = of.find(p.unsafeGetTensorImpl());
-      TORCH_CHECK(it != of.end(), "dcp_save_state_dict: the optimizer holds a tensor that is no "
-                  "parameter of the module given");
-      TORCH_CHECK(!it->second->sharded, "dcp_save_state_dict: a ZeroRedundancyOptimizer over a "
-                  "fully_shard module; fully_shard shards the optimizer's state already");
-      index.emplace(p.unsafeGetTensorImpl(), static_cast<int64_t>(by_index.size()));
-      by_index.push_back(it->second);
-    }
-  }
-  auto& local = const_cast<ZeroRedundancyOptimizer&>(zero).local_optimizer();
-  std::vector<int64_t> local_to_global;
-  for (const auto& group : local.param_groups()) {
-    for (const auto& p : group.params()) local_to_global.push_back(index.at(p.unsafeGetTensorImpl()));
-  }
-  const auto n = static_cast<int64_t>(by_index.size());
-  const auto keys = static_cast<int64_t>(kStateKeys.size());
-  auto codes = at::zeros({n * keys}, at::kLong);  // (dtype + 1) + 256 * scalar; 0: absent
-  auto* code = codes.data_ptr<int64_t>();
-  std::map<std::pair<int64_t, int64_t>, at::Tensor> mine;
-  const auto state = optimizer_state_dict(local).toGenericDict();
-  for (const auto& kv : state.at("state").toGenericDict()) {
-    const int64_t i = local_to_global.at(static_cast<size_t>(kv.key().toInt()));
-    const auto& param = by_index[static_cast<size_t>(i)]->param;
-    for (const auto& e : kv.value().toGenericDict()) {
-      const auto& key = e.key().toStringRef();
-      const auto k = std::find(kStateKeys.begin(), kStateKeys.end(), key) - kStateKeys.begin();
-      const auto t = e.value().toTensor().detach();
-      if (k == keys || (t.dim() != 0 && t.sizes() != param.sizes())) {
-        throw std::invalid_argument("dcp_save_state_dict: the ZeroRedundancyOptimizer's state '" +
-                                    key + "' of " + by_index[static_cast<size_t>(i)]->name +
-                                    " is no state of SGD, Adam or AdamW (shaped like its "
-                                    "parameter, or a scalar)");
-      }
-      code[i * keys + k] = static_cast<int64_t>(t.scalar_type()) + 1 + (t.dim() == 0 ? 256 : 0);
-      mine.emplace(std::make_pair(i, static_cast<int64_t>(k)), t);
-    }
-  }
-  if (pg && world > 1) control_allreduce(*pg, codes)->wait();
-  std::vector<int> owner(static_cast<size_t>(n), -1);
-  for (int r = 0; r < world; ++r) {
-    for (const auto& p : zero.shard(r)) owner[static_cast<size_t>(index.at(p.unsafeGetTensorImpl()))] = r;
-  }
-  for (int64_t i = 0; i < n; ++i) {
-    const auto& s = *by_index[static_cast<size_t>(i)];
-    for (int64_t k = 0; k < keys; ++k) {
-      const int64_t c = code[i * keys + k];
-      if (c == 0) continue;
-      const auto dtype = static_cast<c10::ScalarType>(c % 256 - 1);
-      const auto found = mine.find({i, k});
-      at::Tensor value = found != mine.end()
-                             ? found->second
-                             : at::empty(c >= 256 ? std::vector<int64_t>{} : s.param.sizes().vec(),
-                                         at::TensorOptions().dtype(dtype).device(at::kMeta));
-      Item item{prefix + "state." + s.name + "." + kStateKeys[k], value, std::nullopt,
-                Path{top, "state", s.name, kStateKeys[k]}};
-      item.writer = owner[static_cast<size_t>(i)];
-      items.push_back(std::move(item));
-    }
-  }
-  int64_t g = 0;  // the hyper-parameters are the same on every rank: the local groups' own
-  for (const auto& group : state.at("param_groups").toListRef()) {
-    for (const auto& e : group.toGenericDict()) {
-      const auto& key = e.key().toStringRef();
-      c10::IValue value = e.value();
-      if (key == "params") {  // every rank's share of the group, by name
-        auto names = c10::impl::GenericList(c10::StringType::get());
-        for (const auto& p : zero.param_groups().at(static_cast<size_t>(g)).params()) {
-          names.push_back(by_index[static_cast<size_t>(index.at(p.unsafeGetTensorImpl()))]->name);
-        }
-        value = names;
-      }
-      items.push_back({prefix + "param_groups." + std::to_string(g) + "." + key, value,
-                       std::nullopt, Path{top, "param_groups", g, key}});
-    }
-    ++g;
-  }
+  add_param_groups(items, state.at("param_groups"), optimizer.param_groups(), by_index, prefix);
 }
 
 void save_items(const std::vector<Item>& items, const std::string& directory,
@@ -243,17 +103,9 @@ void save_items(const std::vector<Item>& items, const std::string& directory,
     control_allgather(*pg, all, mine, options.timeout);
   }
   std::vector<const int64_t*> layouts;
-  std::string failed;
-  for (int r = 0; r < world; ++r) {
-    layouts.push_back(all.data_ptr<int64_t>() + r * size);
-    if (layouts.back()[0] != 1) failed += (failed.empty() ? "" : ", ") + std::to_string(r);
-  }
+  for (int r = 0; r < world; ++r) layouts.push_back(all.data_ptr<int64_t>() + r * size);
   if (failure) std::rethrow_exception(failure);
-  if (!failed.empty()) {
-    throw CheckpointError(where(rank, world) + "dcp_save_state_dict: rank(s) " + failed +
-                          " could not write their part of " + directory +
-                          " (their own errors say why); no .metadata was written");
-  }
+  check_parts_written(layouts, directory, where(rank, world) + "dcp_save_state_dict: ");
   if (rank == 0) {
     write_file_atomically(directory + "/.metadata", pickle_metadata(metadata_of(items, layouts)));
   }
@@ -273,22 +125,80 @@ std::shared_ptr<ProcessGroup> save_group(const torch::nn::Module& module,
   return given ? given : sharding_group;
 }
 
+std::string path_root(const std::string& prefix) {
+  return prefix.empty() || prefix.back() != '.' ? prefix : prefix.substr(0, prefix.size() - 1);
+}
+
+std::vector<const ParameterShard*> numbered_params(
+    const std::vector<torch::optim::OptimizerParamGroup>& groups, const Shards& of) {
+  std::vector<const ParameterShard*> by_index;
+  for (const auto& group : groups) {
+    for (const auto& p : group.params()) {
+      const auto it = of.find(p.unsafeGetTensorImpl());
+      TORCH_CHECK(it != of.end(), "dcp_save_state_dict: the optimizer holds a tensor that is no "
+                  "parameter of the module given");
+      by_index.push_back(it->second);
+    }
+  }
+  return by_index;
+}
+
+void add_param_groups(std::vector<Item>& items, const c10::IValue& groups,
+                      const std::vector<torch::optim::OptimizerParamGroup>& params_of,
+                      const std::vector<const ParameterShard*>& numbered,
+                      const std::string& prefix) {
+  const std::string top = path_root(prefix);
+  size_t first = 0;  // group g's first parameter in `numbered`
+  int64_t g = 0;
+  for (const auto& group : groups.toListRef()) {
+    for (const auto& e : group.toGenericDict()) {
+      const auto& key = e.key().toStringRef();
+      c10::IValue value = e.value();
+      if (key == "params") {  // by name, as get_optimizer_state_dict gives them
+        auto names = c10::impl::GenericList(c10::StringType::get());
+        for (size_t i = 0; i < params_of.at(static_cast<size_t>(g)).params().size(); ++i) {
+          names.push_back(numbered.at(first + i)->name);
+        }
+        value = names;
+      }
+      items.push_back({prefix + "param_groups." + std::to_string(g) + "." + key, value,
+                       std::nullopt, Path{top, "param_groups", g, key}});
+    }
+    first += params_of.at(static_cast<size_t>(g)).params().size();
+    ++g;
+  }
+}
+
+void check_parts_written(const std::vector<const int64_t*>& layouts, const std::string& directory,
+                         const std::string& who) {
+  std::vector<int> failed;
+  for (size_t r = 0; r < layouts.size(); ++r) {
+    if (layouts[r][0] != 1) failed.push_back(static_cast<int>(r));
+  }
+  if (!failed.empty()) {
+    throw CheckpointError(who + "rank(s) " + c10::Join(", ", failed) +
+                          " could not write their part of " + directory +
+                          " (their own errors say why); no .metadata was written");
+  }
+}
+
 std::vector<Item> collect_items(const torch::nn::Module& module,
                                 const torch::optim::Optimizer* optimizer,
                                 const DcpSaveOptions& options,
                                 const std::vector<ExtraEntry>& extras,
                                 const std::shared_ptr<ProcessGroup>& pg) {
   const auto all = parameter_shards(module);
-  Shards sharded;
+  Shards of, sharded;
   for (const auto& s : all) {
+    of.emplace(s.param.unsafeGetTensorImpl(), &s);
     if (s.sharded) sharded.emplace(s.param.unsafeGetTensorImpl(), &s);
   }
   std::vector<Item> items;
   add_module(items, module, options.prefix, sharded);
   if (const auto* zero = dynamic_cast<const ZeroRedundancyOptimizer*>(optimizer)) {
-    add_zero_optimizer(items, *zero, options.optimizer_prefix, all, pg);
+    add_zero_optimizer(items, *zero, options.optimizer_prefix, of, pg);
   } else if (optimizer) {
-    add_optimizer(items, *optimizer, options.optimizer_prefix, all);
+    add_optimizer(items, *optimizer, options.optimizer_prefix, of);
   }
   for (const auto& extra : extras) {
     std::string fqn;
