@@ -214,7 +214,7 @@ std::pair<double, double> evaluate(Model& model, Net& net, const dpx::FashionMNI
   // loss, correct, count; on the group's device, which all-reduces them
   auto sums = torch::zeros({3}, torch::TensorOptions(torch::kFloat64).device(device));
   for (const auto& chunk : index.split(1000)) {
-    auto x = ((test.images().index_select(0, chunk) - 0.2860) / 0.3530).to(device);
+    auto x = ((test.images(chunk) - 0.2860) / 0.3530).to(device);
     auto y = test.targets().index_select(0, chunk).to(device);
     auto out = model.forward(x);
     sums[0] += torch::nn::functional::cross_entropy(out, y, torch::nn::functional::CrossEntropyFuncOptions().reduction(torch::kSum)).item<double>();

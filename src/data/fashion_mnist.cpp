@@ -8,6 +8,8 @@
 #include <cstdint>
 #include <memory>
 
+#include "data/decoded_cache.h"
+
 namespace dpx {
 namespace {
 
@@ -91,8 +93,11 @@ torch::Tensor read_images(const std::string& path) {
   auto bytes = torch::empty({static_cast<int64_t>(count), 1, kSide, kSide}, torch::kUInt8);
   in.read_exact(bytes.data_ptr(), bytes.numel(), "images");
   in.expect_end();
-  return bytes.to(torch::kFloat32).div_(255);
+  return bytes;
 }
+
+// uint8 pixels to float in [0, 1], as torchvision's ToTensor divides them.
+torch::Tensor to_unit(const torch::Tensor& pixels) { return pixels.to(torch::kFloat32).div_(255); }
 
 torch::Tensor read_labels(const std::string& path) {
   IdxReader in(path);
@@ -115,19 +120,27 @@ FashionMNIST::FashionMNIST(const std::string& root, Mode mode) : mode_(mode) {
   const std::string prefix = root + "/" + (mode == Mode::kTrain ? "train" : "t10k");
   const std::string images_path = prefix + "-images-idx3-ubyte.gz";
   const std::string labels_path = prefix + "-labels-idx1-ubyte.gz";
-  images_ = read_images(images_path);
+  // The images are the bulk (47 MB for the train split): one decoded copy per host (Note [One
+  // decoded copy per host]); the labels are read by each process.
+  pixels_ = detail::decoded_bytes(images_path, [&] { return read_images(images_path); });
   targets_ = read_labels(labels_path);
-  TORCH_CHECK(images_.size(0) == targets_.size(0), "Fashion-MNIST files disagree: ", images_path,
-              " holds ", images_.size(0), " images but ", labels_path, " holds ",
+  TORCH_CHECK(pixels_.size(0) == targets_.size(0), "Fashion-MNIST files disagree: ", images_path,
+              " holds ", pixels_.size(0), " images but ", labels_path, " holds ",
               targets_.size(0), " labels");
 }
 
 torch::data::Example<> FashionMNIST::get(size_t index) {
-  return {images_[static_cast<int64_t>(index)], targets_[static_cast<int64_t>(index)]};
+  return {to_unit(pixels_[static_cast<int64_t>(index)]), targets_[static_cast<int64_t>(index)]};
+}
+
+torch::Tensor FashionMNIST::images() const { return to_unit(pixels_); }
+
+torch::Tensor FashionMNIST::images(const torch::Tensor& index) const {
+  return to_unit(pixels_.index_select(0, index));
 }
 
 torch::optional<size_t> FashionMNIST::size() const {
-  return static_cast<size_t>(images_.size(0));
+  return static_cast<size_t>(pixels_.size(0));
 }
 
 const char* FashionMNIST::class_name(int64_t label) {

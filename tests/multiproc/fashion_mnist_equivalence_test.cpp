@@ -54,7 +54,7 @@ SmallNet reference(const FashionMNIST& data) {
       idx.insert(idx.end(), shard.begin() + s * kBatch, shard.begin() + (s + 1) * kBatch);
     }
     auto index = torch::tensor(idx, torch::kInt64);
-    sgd_step(opt, net->forward(data.images().index_select(0, index)),
+    sgd_step(opt, net->forward(data.images(index)),
              data.targets().index_select(0, index));
   }
   return net;

@@ -1,10 +1,12 @@
 // The Fashion-MNIST reader on the Debian package's files and on broken files made here.
 #include <gtest/gtest.h>
+#include <fcntl.h>
 #include <sys/stat.h>
 #include <torch/torch.h>
 #include <zlib.h>
 
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 
 #include "dpx/data/fashion_mnist.h"
@@ -28,6 +30,7 @@ TEST(FashionMnist, ReadsThePackagesFiles) {
   EXPECT_TRUE(train.is_train());
   EXPECT_EQ(train.images().sizes(), (std::vector<int64_t>{60000, 1, 28, 28}));
   EXPECT_EQ(train.images().dtype(), torch::kFloat32);
+  EXPECT_TRUE(train.images(torch::tensor({7, 3})).equal(train.images().index_select(0, torch::tensor({7, 3}))));
   // Reference values from Python (gzip + numpy on the same files).
   EXPECT_EQ(train.targets().slice(0, 0, 5).equal(torch::tensor({9, 0, 0, 3, 0})), true);
   EXPECT_EQ(test.targets().slice(0, 0, 5).equal(torch::tensor({9, 2, 1, 1, 6})), true);
@@ -47,8 +50,22 @@ class BrokenFiles : public ::testing::Test {
     char tmpl[] = "/tmp/dpx-fmnist-XXXXXX";
     ASSERT_NE(::mkdtemp(tmpl), nullptr);
     dir_ = tmpl;
+    // The decoded copies go beside the files, not into the user's cache folder.
+    ::setenv("DPX_DATA_CACHE", cache().c_str(), 1);
   }
-  void TearDown() override { std::system(("rm -rf " + dir_).c_str()); }
+  void TearDown() override {
+    ::unsetenv("DPX_DATA_CACHE");
+    std::system(("rm -rf " + dir_).c_str());
+  }
+  std::string cache() const { return dir_ + "/cache"; }
+  // The decoded copies in the cache folder.
+  std::vector<std::string> cached() const {
+    std::vector<std::string> files;
+    std::error_code ec;
+    for (const auto& e : std::filesystem::directory_iterator(cache(), ec))
+      files.push_back(e.path().string());
+    return files;
+  }
 
   static std::string be32(uint32_t v) {
     return {char(v >> 24), char(v >> 16), char(v >> 8), char(v)};
@@ -139,6 +156,59 @@ TEST_F(BrokenFiles, CorruptGzipStream) {
   f.put(byte);
   f.close();
   EXPECT_TEXT_HAS(load_error(), "train-images-idx3-ubyte.gz is corrupt");
+}
+
+// Note [One decoded copy per host]: the second reader maps the first one's decoded copy.
+TEST_F(BrokenFiles, SecondReaderMapsTheFirstOnesDecodedCopy) {
+  write_set(images(5, 5), labels(5, 5));
+  dpx::FashionMNIST first(dir_);
+  const auto files = cached();
+  ASSERT_EQ(files.size(), 1u);
+  EXPECT_EQ(std::filesystem::file_size(files[0]), 64u + 5 * 784);
+  EXPECT_EQ(first.pixels().dtype(), torch::kUInt8);
+  EXPECT_EQ(first.pixels().sizes(), (std::vector<int64_t>{5, 1, 28, 28}));
+  {  // Change the copy's last pixel: a reader that decodes again would not see it.
+    std::fstream f(files[0], std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(-1, std::ios::end);
+    f.put(char(200));
+  }
+  dpx::FashionMNIST second(dir_);
+  EXPECT_EQ(second.pixels()[4][0][27][27].item<int>(), 200);
+  EXPECT_EQ(second.pixels()[4][0][27][26].item<int>(), 7);
+  EXPECT_FLOAT_EQ(second.get(4).data[0][27][27].item<float>(), 200.0f / 255);
+  EXPECT_EQ(first.pixels()[4][0][27][27].item<int>(), 200);  // one copy, mapped by both
+}
+
+TEST_F(BrokenFiles, ChangedFilesAreDecodedAgain) {
+  write_set(images(5, 5), labels(5, 5));
+  { dpx::FashionMNIST first(dir_); }
+  // The same length, other pixels, another modification time.
+  write_gz("train-images-idx3-ubyte.gz", images(5, 0) + std::string(5 * 784, 9));
+  const std::string path = dir_ + "/train-images-idx3-ubyte.gz";
+  const timespec times[2] = {{0, UTIME_OMIT}, {12345, 0}};
+  ASSERT_EQ(::utimensat(AT_FDCWD, path.c_str(), times, 0), 0);
+  dpx::FashionMNIST again(dir_);
+  EXPECT_EQ(again.pixels()[0][0][0][0].item<int>(), 9);
+  EXPECT_EQ(cached().size(), 2u);
+}
+
+TEST_F(BrokenFiles, CutShortCopyIsReplaced) {
+  write_set(images(5, 5), labels(5, 5));
+  { dpx::FashionMNIST first(dir_); }
+  ASSERT_EQ(cached().size(), 1u);
+  std::filesystem::resize_file(cached()[0], 100);
+  dpx::FashionMNIST again(dir_);
+  EXPECT_EQ(again.pixels().sum().item<int64_t>(), 5 * 784 * 7);
+  EXPECT_EQ(std::filesystem::file_size(cached()[0]), 64u + 5 * 784);
+}
+
+TEST_F(BrokenFiles, NoCopyWhenTheCacheIsOffOrCannotBeWritten) {
+  write_set(images(5, 5), labels(5, 5));
+  ::setenv("DPX_DATA_CACHE", "off", 1);
+  EXPECT_EQ(dpx::FashionMNIST(dir_).pixels().sum().item<int64_t>(), 5 * 784 * 7);
+  EXPECT_FALSE(std::filesystem::exists(cache()));
+  ::setenv("DPX_DATA_CACHE", "/proc/dpx-no-such-folder", 1);
+  EXPECT_EQ(dpx::FashionMNIST(dir_).pixels().sum().item<int64_t>(), 5 * 784 * 7);
 }
 
 }  // namespace

@@ -1,6 +1,8 @@
 // Fashion-MNIST (Zalando: 28x28 grey images of 10 clothing classes) read from the gzipped IDX files
 // that Debian's package dataset-fashion-mnist installs. Shaped like LibTorch's
-// torch::data::datasets::MNIST: images are float [1, 28, 28] in [0, 1], targets int64.
+// torch::data::datasets::MNIST: images are float [1, 28, 28] in [0, 1], targets int64. The
+// decoded pixels are kept once per host, as bytes in a mapped file that every process reading
+// the same files shares (docs/data.md; DPX_DATA_CACHE).
 #pragma once
 
 #include <torch/data/datasets/base.h>
@@ -25,7 +27,12 @@ class FashionMNIST : public torch::data::datasets::Dataset<FashionMNIST> {
   torch::optional<size_t> size() const override;
 
   bool is_train() const noexcept { return mode_ == Mode::kTrain; }
-  const torch::Tensor& images() const { return images_; }    // [N, 1, 28, 28] float
+  // [N, 1, 28, 28] uint8, as in the files; read-only (shared with the host's other processes).
+  const torch::Tensor& pixels() const { return pixels_; }
+  // [N, 1, 28, 28] float in [0, 1]: a new tensor of 4 bytes a pixel at each call.
+  torch::Tensor images() const;
+  // The images at `index` (int64 [K]) as float [K, 1, 28, 28] in [0, 1].
+  torch::Tensor images(const torch::Tensor& index) const;
   const torch::Tensor& targets() const { return targets_; }  // [N] int64
 
   // "T-shirt/top", "Trouser", ... for a label in [0, 9].
@@ -33,7 +40,7 @@ class FashionMNIST : public torch::data::datasets::Dataset<FashionMNIST> {
 
  private:
   Mode mode_;
-  torch::Tensor images_;
+  torch::Tensor pixels_;
   torch::Tensor targets_;
 };
 
