@@ -11,9 +11,11 @@
 #include <nlohmann/json.hpp>
 
 #include <chrono>
+#include <ctime>
 #include <cmath>
 #include <cstdio>
 #include <fstream>
+#include <sstream>
 
 #include "dpx/data/fashion_mnist.h"  // the data set, not part of dpx.h
 #include "dpx/dpx.h"
@@ -227,6 +229,78 @@ std::pair<double, double> evaluate(Model& model, Net& net, const dpx::FashionMNI
           sums[1].item<double>() / sums[2].item<double>()};
 }
 
+// When this rank reached each point of its set-up, in seconds since the epoch (one clock for all
+// processes of a machine): the process's start (the kernel's record), main(), the process group
+// made, the data read, the first collective done (the model's broadcast). Rank 0 reports each
+// point's last rank, so the launch (agents to the last process started), LibTorch's loading,
+// the group's set-up and the data's reading can be told apart (bench/cluster_scaling.sh).
+struct SetupTimes {
+  static constexpr int kPoints = 5;
+  double at[kPoints] = {process_started(), now(), 0, 0, 0};
+  static double now() {
+    return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+  }
+  // Now less the process's age: /proc/self/stat's start time (clock ticks after boot) against
+  // CLOCK_BOOTTIME (/proc/stat's boot time has whole seconds only).
+  static double process_started() {
+    std::ifstream stat("/proc/self/stat");
+    std::string text((std::istreambuf_iterator<char>(stat)), {}), field;
+    std::istringstream fields(text.substr(text.rfind(')') + 2));  // after "(comm) ": field 3
+    for (int i = 3; i <= 22 && fields >> field; ++i) {}  // field 22: starttime
+    timespec boot{};
+    clock_gettime(CLOCK_BOOTTIME, &boot);
+    const double age = boot.tv_sec + boot.tv_nsec * 1e-9 -
+                       std::stod(field) / static_cast<double>(sysconf(_SC_CLK_TCK));
+    return now() - age;
+  }
+};
+
+// Collective: every point's first and last rank, as the "setup" metrics record (seconds since
+// the epoch).
+nlohmann::ordered_json setup_record(SetupTimes t, dpx::ProcessGroup& pg) {
+  t.at[4] = SetupTimes::now();
+  constexpr int n = SetupTimes::kPoints;
+  auto both = torch::empty({2 * n}, torch::kFloat64);  // max of t and of -t: the last and first
+  for (int i = 0; i < n; ++i) both[i] = t.at[i], both[i + n] = -t.at[i];
+  auto on_device = both.to(pg.options().device);
+  pg.allreduce(on_device, {.op = dpx::ReduceOp::kMax})->wait();
+  both = on_device.cpu();
+  nlohmann::ordered_json record = {{"type", "setup"}, {"ranks", pg.size()}};
+  const char* names[n] = {"started", "main", "group", "data", "first_collective"};
+  for (int i = 0; i < n; ++i) {
+    record[std::string("first_") + names[i]] = -both[i + n].item<double>();
+    record[std::string("last_") + names[i]] = both[i].item<double>();
+  }
+  return record;
+}
+
+// Once training ends, under DDP: every replica's weights must be the same to the bit (DDP
+// averages the same gradients everywhere and Adam steps alike). A 64-bit hash of each rank's
+// parameters is all-gathered; returns it as hex, or throws on every rank naming the ranks that
+// differ from rank 0.
+std::string checked_replica_digest(Net& net, dpx::ProcessGroup& pg) {
+  uint64_t hash = 1469598103934665603ull;  // FNV-1a over the parameters' bytes, in order
+  for (const auto& p : net->parameters()) {
+    const auto bytes = p.detach().to(torch::kCPU).contiguous();
+    const auto* b = static_cast<const unsigned char*>(bytes.data_ptr());
+    for (size_t i = 0; i < bytes.nbytes(); ++i) hash = (hash ^ b[i]) * 1099511628211ull;
+  }
+  const auto device = pg.options().device;
+  auto mine = torch::tensor({static_cast<int64_t>(hash)}, torch::kInt64).to(device);
+  auto all = torch::empty({pg.size()}, mine.options());
+  pg.allgather(all, mine)->wait();
+  all = all.cpu();
+  std::string differ;
+  for (int r = 1; r < pg.size(); ++r)
+    if (all[r].item<int64_t>() != all[0].item<int64_t>()) differ += " " + std::to_string(r);
+  if (!differ.empty())
+    throw std::runtime_error("the replicas' weights differ after training: rank(s)" + differ +
+                             " hold other weights than rank 0");
+  char digest[19];
+  std::snprintf(digest, sizeof digest, "0x%016llx", static_cast<unsigned long long>(hash));
+  return digest;
+}
+
 // Loads the newest checkpoint into the model and the optimizer, if there is one, and returns
 // where training resumes.
 dpx::TrainingProgress resume(Model& model, torch::optim::Optimizer& optimizer,
@@ -274,6 +348,26 @@ class Report {
     }
   }
 
+  // The set-up's record (setup_record): a line on stderr and the metrics.
+  void setup(const nlohmann::ordered_json& r) {
+    if (!lead_) return;
+    const double first = r["first_started"];
+    auto last = [&](const char* point) { return r[std::string("last_") + point].get<double>() - first; };
+    std::fprintf(stderr, "set-up of %d ranks, s after the first process started: all started %.2f, "
+                 "LibTorch loaded %.2f, group made %.2f, data read %.2f, first collective %.2f\n",
+                 world_, last("started"), last("main"), last("group"), last("data"),
+                 last("first_collective"));
+    append_metrics(metrics_, r);
+  }
+
+  void replicas_identical(const std::string& digest) {
+    if (!lead_) return;
+    std::fprintf(stderr, "weights identical on all %d ranks (digest %s)\n", world_,
+                 digest.c_str());
+    append_metrics(metrics_, {{"type", "replicas"}, {"ranks", world_}, {"identical", true},
+                              {"digest", digest}});
+  }
+
   void evaluated(int64_t epoch, int64_t step, double test_loss, double accuracy) {
     if (!lead_) return;
     std::fprintf(stderr, "epoch %lld: test accuracy %.2f%%, test loss %.4f, %.1f s\n",
@@ -302,12 +396,15 @@ class Report {
 
 // The training loop: what a rank does, step by step; its set-up is in the helpers above.
 int run(const Flags& flags) {
+  SetupTimes setup;
   torch::set_num_threads(1);  // one core per rank; the ranks are the parallelism
   // "cuda": this worker's GPU, cuda:LOCAL_RANK; the group's backend follows (docs/backends.md).
   const auto device = dpx::cuda::local_device(torch::Device(flags.device));
   auto pg = dpx::init_process_group({.backend = flags.backend, .device = device});
+  setup.at[2] = SetupTimes::now();
   torch::manual_seed(0);  // the same initial model on every rank (DDP broadcasts rank 0's anyway)
   Data data(flags, *pg);
+  setup.at[3] = SetupTimes::now();
   auto loader = torch::data::make_data_loader(prepared(data.train), data.sampler,
                                               torch::data::DataLoaderOptions(flags.batch_size));
   Net net;
@@ -316,6 +413,7 @@ int run(const Flags& flags) {
   torch::optim::Adam optimizer(net->parameters(), torch::optim::AdamOptions(flags.lr));
   dpx::TrainingProgress progress = resume(model, optimizer, flags, pg->rank() == 0);
   Report report(flags, *pg, data.sampler);
+  report.setup(setup_record(setup, *pg));
 
   auto step_limit_reached = [&] { return flags.max_steps >= 0 && progress.step >= flags.max_steps; };
   for (int64_t epoch = progress.epoch; epoch < flags.epochs && !step_limit_reached(); ++epoch) {
@@ -347,6 +445,7 @@ int run(const Flags& flags) {
     report.evaluated(epoch, progress.step, test_loss, accuracy);
   }
   model.wait_for_checkpoints();
+  if (model.ddp()) report.replicas_identical(checked_replica_digest(net, *pg));
   // The trained model for Python: torch.load("<checkpoint-dir>/model.pt", weights_only=True).
   model.save_for_python(flags.checkpoint_dir + "/model.pt", pg->rank() == 0);
   return 0;

@@ -120,8 +120,8 @@ FashionMNIST::FashionMNIST(const std::string& root, Mode mode) : mode_(mode) {
   const std::string prefix = root + "/" + (mode == Mode::kTrain ? "train" : "t10k");
   const std::string images_path = prefix + "-images-idx3-ubyte.gz";
   const std::string labels_path = prefix + "-labels-idx1-ubyte.gz";
-  // The images are the bulk (47 MB for the train split): one decoded copy per host (Note [One
-  // decoded copy per host]); the labels are read by each process.
+  // The images are the bulk (47 MB for the train split): one decoded copy per host
+  // (Note [One decoded copy per host]); the labels are read by each process.
   pixels_ = detail::decoded_bytes(images_path, [&] { return read_images(images_path); });
   targets_ = read_labels(labels_path);
   TORCH_CHECK(pixels_.size(0) == targets_.size(0), "Fashion-MNIST files disagree: ", images_path,

@@ -158,7 +158,7 @@ TEST_F(BrokenFiles, CorruptGzipStream) {
   EXPECT_TEXT_HAS(load_error(), "train-images-idx3-ubyte.gz is corrupt");
 }
 
-// Note [One decoded copy per host]: the second reader maps the first one's decoded copy.
+// The second reader maps the first one's decoded copy (Note [One decoded copy per host]).
 TEST_F(BrokenFiles, SecondReaderMapsTheFirstOnesDecodedCopy) {
   write_set(images(5, 5), labels(5, 5));
   dpx::FashionMNIST first(dir_);
