@@ -104,6 +104,8 @@ class Reducer {
   using Clock = std::chrono::steady_clock;
 
   void install_hooks();
+  void hook(std::size_t i);  // on the parameter's current gradient accumulator
+  void rehook_replaced_accumulators();
   void initialize_buckets(const std::vector<std::vector<std::size_t>>& assignment);
   // One zeroed flat tensor per dense bucket of `assignment` (undefined for sparse ones).
   std::vector<at::Tensor> allocate_bucket_buffers(

@@ -44,6 +44,7 @@ bool Reducer::reduces_used_map() const {
 
 void Reducer::prepare_for_backward(const std::vector<at::Tensor>& outputs) {
   std::lock_guard<std::mutex> lock(mutex_);
+  rehook_replaced_accumulators();
   reset_iteration();
   state_ = ReducerState::kAwaitingGradients;
   times_.mark(Moment::kForwardEnd);

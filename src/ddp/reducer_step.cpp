@@ -58,13 +58,33 @@ class ReadyHook : public torch::autograd::FunctionPostHook {
 }  // namespace
 
 void Reducer::install_hooks() {
+  accumulators_.resize(params_.size());
+  hook_keys_.resize(params_.size());
+  for (std::size_t i = 0; i < params_.size(); ++i) hook(i);
+}
+
+void Reducer::hook(std::size_t i) {
+  auto acc = torch::autograd::impl::grad_accumulator(params_[i]);
+  TORCH_INTERNAL_ASSERT(acc, "parameter ", names_[i], " has no gradient accumulator");
+  hook_keys_[i] = acc->add_post_hook(std::make_unique<ReadyHook>([this, i] { autograd_hook(i); }));
+  accumulators_[i] = std::move(acc);
+}
+
+// Note [Replaced gradient accumulators]
+// A parameter's gradient accumulator, the autograd node DDP hooks to learn that its gradient
+// is ready, is kept by the parameter only weakly, and some operations on the parameter make it
+// forget it: LibTorch's own Module::load (torch::load(model, file)) gives each parameter the
+// file's storage with set_(), after which the next forward makes a new accumulator. DDP's hooks
+// stayed on the old one, never fired again, and every rank stepped with its own gradient: the
+// replicas drifted apart without an error. So after each forward, before the graph runs, every
+// parameter's current accumulator is compared with the hooked one and hooked anew if it
+// changed (one weak-pointer read per parameter).
+void Reducer::rehook_replaced_accumulators() {
   for (std::size_t i = 0; i < params_.size(); ++i) {
-    auto acc = torch::autograd::impl::grad_accumulator(params_[i]);
-    TORCH_INTERNAL_ASSERT(acc, "parameter ", names_[i], " has no gradient accumulator");
-    hook_keys_.push_back(acc->add_post_hook(std::make_unique<ReadyHook>([this, i] {
-      autograd_hook(i);
-    })));
-    accumulators_.push_back(std::move(acc));
+    const auto now = torch::autograd::impl::try_get_grad_accumulator(params_[i]);
+    if (!now || now.get() == accumulators_[i].get()) continue;
+    accumulators_[i]->del_post_hook(hook_keys_[i]);
+    hook(i);
   }
 }
 

@@ -218,6 +218,26 @@ TEST(DdpModule, IsAModuleHolderOfAModuleHoldingTheWrappedOne) {
   });
 }
 
+// LibTorch's torch::load gives each parameter the file's storage (set_), which makes autograd
+// forget the gradient accumulator DDP hooked; the gradients after it must still be averaged
+// (Note [Replaced gradient accumulators]).
+TEST(DdpLoad, GradientsAfterTorchLoadAreStillAveraged) {
+  test::on_each_backend(kWorld, [](int rank, auto pg) {
+    auto batches = test::make_batches(1, kWorld, kPerRank, {16});
+    torch::manual_seed(5);
+    test::Mlp net;
+    DistributedDataParallel ddp(net, pg);
+    const std::string path = ::testing::TempDir() + "/ddp_reload_" + std::to_string(rank) +
+                             "_" + std::to_string(::getpid()) + ".pt";
+    torch::save(net, path);
+    torch::load(net, path);  // the same values, in the file's storage
+    std::remove(path.c_str());
+    auto b = test::slice(batches[0], rank, kWorld);
+    torch::nn::functional::cross_entropy(ddp->forward(b.x), b.y).backward();
+    test::expect_params_close(grads_of(net), reference_grads(batches), 1e-6, 1e-6);
+  });
+}
+
 class Join : public ::testing::TestWithParam<std::tuple<bool, int>> {};
 
 // Rank 0 has 3 batches (or none), rank 1 has 5: both finish, and end with the parameters the
