@@ -13,6 +13,7 @@
 #   KILL_WHEN    "file PATH" (once PATH exists) or a number of seconds after the start
 #   STAGGER      seconds between two agents' starts (default 0)
 #   RDZV_CONF    --rdzv-conf for dpxrun (default: its own)
+#   LAUNCH_ARGS  more launcher flags, e.g. "--max-restarts 1"
 #   TIMEOUT      seconds before everything is stopped (default 1800)
 # Exits 0 when every agent that was not killed exited 0, else 1.
 set -uo pipefail
@@ -58,7 +59,7 @@ for ((i = 0; i < hosts; i++)); do
   ip netns exec "$prefix$i" env GLOO_SOCKET_IFNAME=eth0 OMP_NUM_THREADS=1 \
     timeout -k 10 "${TIMEOUT:-1800}" "${launcher[@]}" --nnodes "${NNODES:-$hosts}" \
     --nproc-per-node "$nper" --rdzv-backend c10d --rdzv-endpoint "$subnet.1:$port" \
-    --rdzv-id "cluster$$" "${conf[@]}" "$@" > "$out/host$i.log" 2>&1 &
+    --rdzv-id "cluster$$" "${conf[@]}" ${LAUNCH_ARGS:-} "$@" > "$out/host$i.log" 2>&1 &
   pids+=($!)
   sleep "${STAGGER:-0}"
 done

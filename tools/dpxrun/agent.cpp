@@ -251,6 +251,17 @@ int Agent::finish_failed(const std::string& why) {
 }
 
 int Agent::run() {
+  const int code = run_rounds();
+  // The store lives in this process: a failed job's other agents may still be using it for
+  // their last words (Note [Lost nodes]); a successful one passed the exit barrier already.
+  if (code != 0 && liveness_ && rdzv_->hosts_store()) {
+    liveness_->await_others(round_.round, round_.members, round_.group_rank,
+                            Liveness::kWindowSeconds + 3);
+  }
+  return code;
+}
+
+int Agent::run_rounds() {
   rdzv_ = std::make_unique<Rendezvous>(config_, [] { return g_signal != 0; });
   while (true) {
     RoundInfo r;
@@ -262,6 +273,11 @@ int Agent::run() {
     } catch (const JobFailedElsewhere& e) {
       return finish_failed(std::string("the job failed on another node: ") + e.what());
     }
+    if (config_.max_nodes > 1) {
+      if (!liveness_) liveness_ = std::make_unique<Liveness>(rdzv_->new_client(), rdzv_->key(""));
+      liveness_->beat_as(r.round, r.group_rank);
+    }
+    round_ = r;
     failures_.clear();
     start_workers(r);
     Outcome outcome;
@@ -322,8 +338,20 @@ int Agent::after_failure(const RoundInfo& r) {
         std::to_string(config_.max_restarts) + ")");
     return -1;
   }
+  say_lost_nodes(r);
   std::fprintf(stderr, "%s", failure_summary(config_.program[0], failures_).c_str());
   return 1;
+}
+
+void Agent::say_lost_nodes(const RoundInfo& r) {
+  if (!liveness_ || r.members < 2) return;
+  for (int i : liveness_->silent(r.round, r.members)) {
+    if (i == r.group_rank) continue;
+    say("lost " + rdzv_->describe_member(i) + ": its agent stopped answering the rendezvous "
+        "store (no heartbeat for " + std::to_string(static_cast<int>(Liveness::kWindowSeconds)) +
+        " s); the failures below follow from it. Restart the job without that host, or with "
+        "--nnodes MIN:MAX and --max-restarts to go on without it");
+  }
 }
 
 }  // namespace dpxrun

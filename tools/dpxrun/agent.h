@@ -17,6 +17,7 @@
 
 #include "dpxrun/config.h"
 #include "dpxrun/failure.h"
+#include "dpxrun/liveness.h"
 #include "dpxrun/logs.h"
 #include "dpxrun/rendezvous.h"
 #include "dpxrun/workers.h"
@@ -35,6 +36,7 @@ class Agent {
   int run();  // the process exit code
 
  private:
+  int run_rounds();
   enum class Outcome { kSucceeded, kFailed, kRestart, kMembershipChange, kJobFailed, kSignal };
 
   void make_log_dir();
@@ -46,6 +48,8 @@ class Agent {
   int finish_failed(const std::string& why);
   // Restart (-1) or the exit code, after this node's workers failed and were stopped.
   int after_failure(const RoundInfo& round);
+  // The other members of `round` that stopped answering, one line each (Note [Lost nodes]).
+  void say_lost_nodes(const RoundInfo& round);
 
   Config config_;
   std::string host_;
@@ -55,6 +59,8 @@ class Agent {
   bool succeeded_ = false;
   std::string run_log_dir_;
   std::unique_ptr<Rendezvous> rdzv_;
+  std::unique_ptr<Liveness> liveness_;  // with several nodes (Note [Lost nodes])
+  RoundInfo round_;                      // the last round joined
   std::vector<Worker> workers_;
   LogPump pump_;
   std::vector<Failure> failures_;

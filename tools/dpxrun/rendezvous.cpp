@@ -93,6 +93,19 @@ Rendezvous::Rendezvous(const Config& config, std::function<bool()> interrupted)
   store_->set_timeout(ms(std::max(config_.timeouts.close, 10.0)));
 }
 
+std::shared_ptr<dpx::Store> Rendezvous::new_client() const {
+  auto client = connect(store_host_, store_->port(), false, std::max(config_.timeouts.join, 1.0),
+                        token_, false);
+  client->set_timeout(ms(std::max(config_.timeouts.close, 10.0)));
+  return client;
+}
+
+std::string Rendezvous::describe_member(int group_rank) const {
+  return group_rank >= 0 && group_rank < static_cast<int>(members_.size())
+             ? members_[group_rank]
+             : "node " + std::to_string(group_rank);
+}
+
 void Rendezvous::sleep_checked() {
   std::this_thread::sleep_for(std::chrono::milliseconds(20));
   if (interrupted_ && interrupted_()) throw Interrupted();
@@ -187,8 +200,14 @@ void Rendezvous::publish_and_assign(int round, int index, int members, RoundInfo
   info.group_world_size = members;
   info.members = members;
   info.world_size = 0;
+  members_.clear();
   for (int i = 0; i < members; ++i) {
     if (i == info.group_rank) info.rank_offset = info.world_size;
+    members_.push_back("node " + std::to_string(i) + " at " + nodes[i].host + " (rank" +
+                       (nodes[i].nproc == 1 ? " " + std::to_string(info.world_size)
+                                            : "s " + std::to_string(info.world_size) + "-" +
+                                                  std::to_string(info.world_size + nodes[i].nproc - 1)) +
+                       ")");
     info.world_size += nodes[i].nproc;
   }
   const std::string master = round_key(round, "master");

@@ -22,6 +22,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "dpxrun/config.h"
 #include "dpx/store/store.h"
@@ -70,6 +71,10 @@ class Rendezvous {
   FinishResult finish(double timeout_seconds);
 
   std::shared_ptr<dpx::Store> store() const { return store_; }
+  // A connection of its own to the rendezvous store (for a thread of the agent's).
+  std::shared_ptr<dpx::Store> new_client() const;
+  // Member `group_rank` of the current round, for messages: "node 2 at 10.0.0.3 (ranks 4-5)".
+  std::string describe_member(int group_rank) const;
   // Where workers reach the store (DPX_AGENT_STORE: "dpx://" marks dpx's own store,
   // Note [Rendezvous stores]) and key prefix for heartbeats.
   std::string store_address() const {
@@ -107,6 +112,7 @@ class Rendezvous {
   std::string token_;
   std::string local_addr_;
   RoundInfo current_;
+  std::vector<std::string> members_;  // describe_member's texts, by group rank
   bool in_round_ = false;
 };
 
