@@ -25,7 +25,7 @@ sample() {  # METRICS_FILE RESULT_FILE
     pgrep -x fashion_mnist >/dev/null || [ -e "$1" ] || { sleep 0.5; continue; }
     sleep 0.5
   done
-  sleep 2
+  sleep 0.5
   local pss sockets threads
   pss=$(bash "$here/bench/pss.sh" fashion_mnist)
   sockets=() threads=()

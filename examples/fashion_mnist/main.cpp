@@ -276,7 +276,7 @@ nlohmann::ordered_json setup_record(SetupTimes t, dpx::ProcessGroup& pg) {
 
 // Once training ends, under DDP: every replica's weights must be the same to the bit (DDP
 // averages the same gradients everywhere and Adam steps alike). A 64-bit hash of each rank's
-// parameters is all-gathered; returns it as hex, or throws on every rank naming the ranks that
+// parameters is gathered; returns it as hex, or throws on every rank naming the ranks that
 // differ from rank 0.
 std::string checked_replica_digest(Net& net, dpx::ProcessGroup& pg) {
   uint64_t hash = 1469598103934665603ull;  // FNV-1a over the parameters' bytes, in order
@@ -285,11 +285,13 @@ std::string checked_replica_digest(Net& net, dpx::ProcessGroup& pg) {
     const auto* b = static_cast<const unsigned char*>(bytes.data_ptr());
     for (size_t i = 0; i < bytes.nbytes(); ++i) hash = (hash ^ b[i]) * 1099511628211ull;
   }
-  const auto device = pg.options().device;
-  auto mine = torch::tensor({static_cast<int64_t>(hash)}, torch::kInt64).to(device);
-  auto all = torch::empty({pg.size()}, mine.options());
-  pg.allgather(all, mine)->wait();
-  all = all.cpu();
+  // Gathered by a sum of one slot per rank: an all-reduce, which every backend runs on the
+  // path DDP uses (the hierarchical backend makes its flat group only for all-gathers).
+  auto all = torch::zeros({pg.size()}, torch::kInt64);
+  all[pg.rank()] = static_cast<int64_t>(hash);
+  auto on_device = all.to(pg.options().device);
+  pg.allreduce(on_device)->wait();
+  all = on_device.cpu();
   std::string differ;
   for (int r = 1; r < pg.size(); ++r)
     if (all[r].item<int64_t>() != all[0].item<int64_t>()) differ += " " + std::to_string(r);

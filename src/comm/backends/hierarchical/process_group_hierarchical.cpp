@@ -28,7 +28,7 @@ namespace {
 // A broadcast runs the same way: inside the root's host from the root (unless the root leads
 // it), between the leaders from the root's host, inside every host from its leader.
 // all-gather, reduce-scatter and barrier go over a flat gloo group of every rank (in issue order
-// with the others). Hosts with
+// with the others), made at its first use (Note [The flat group on first use]). Hosts with
 // one rank have no shm group; a job on one host no leaders' group.
 // "hierarchical-mpi" is the same with MPI in gloo's place: the leaders' group is made by the
 // leaders alone (MPI_Comm_create_group: Note [MPI sub-groups] in comm/backends/mpi/subgroup.h),
@@ -71,17 +71,17 @@ class HierarchicalGroup : public ProcessGroup {
   // finished: so a barrier also waits for this rank's earlier all-reduces, as on shm.
   std::shared_ptr<Work> do_allgather(at::Tensor& output, const at::Tensor& input) override {
     return issuer_->submit([this, output, input]() mutable {
-      return flat_->allgather(output, input);
+      return flat().allgather(output, input);
     });
   }
   std::shared_ptr<Work> do_reduce_scatter(at::Tensor& output, const at::Tensor& input,
                                           const ReduceScatterOptions& opts) override {
     return issuer_->submit([this, output, input, opts]() mutable {
-      return flat_->reduce_scatter(output, input, opts);
+      return flat().reduce_scatter(output, input, opts);
     });
   }
   std::shared_ptr<Work> do_barrier() override {
-    return issuer_->submit([this] { return flat_->barrier(); });
+    return issuer_->submit([this] { return flat().barrier(); });
   }
 
  private:
@@ -105,13 +105,16 @@ class HierarchicalGroup : public ProcessGroup {
   // The error of a step that disagreed, rethrown with what the sub-group's ranks mean.
   [[noreturn]] void rethrow_mismatch(std::exception_ptr e, const char* op, Found where) const;
   void break_group(std::exception_ptr error);
+  // The flat group, made at its first use (Note [The flat group on first use]); issuer thread.
+  ProcessGroup& flat();
 
   HostLayout layout_;
   Backend between_kind_;  // gloo or mpi
   int host_;
   std::shared_ptr<ShmGroup> inside_;       // this host's ranks; null when alone on the host
   std::shared_ptr<ProcessGroup> between_;  // the leaders; null unless leader of several hosts
-  std::shared_ptr<ProcessGroup> flat_;     // every rank
+  std::shared_ptr<ProcessGroup> flat_;     // every rank; null until first used over gloo
+  BackendArgs flat_args_;
   std::exception_ptr broken_;              // issuer thread only
   std::unique_ptr<Issuer> issuer_;
 };
@@ -151,9 +154,22 @@ HierarchicalGroup::HierarchicalGroup(const BackendArgs& args, const HostLayout& 
     }
     between_ = mpi ? make_mpi_group(leaders) : make_gloo_group(leaders);
   }
-  auto all = sub_group(args, "hier/all", rank(), size());
-  flat_ = mpi ? make_mpi_group(all) : make_gloo_group(all);
+  flat_args_ = sub_group(args, "hier/all", rank(), size());
+  if (mpi) flat_ = make_mpi_group(flat_args_);  // MPI_COMM_WORLD's ranks: no connections to make
   issuer_ = std::make_unique<Issuer>(options().timeout, where(), "hierarchical");
+}
+
+// Note [The flat group on first use]
+// The flat group of every rank serves all-gather, reduce-scatter and barrier only; DDP's
+// all-reduces and broadcasts never touch it. Over gloo it is a full mesh: at 64 ranks each rank
+// held 63 connections (and a thread's worth of state for each) that a DDP job never used, and
+// their set-up was the largest part of the group's. So it is made when first used, on the
+// issuer thread: every rank issues the same collectives in the same order, so every rank makes
+// it at the same point, in a collective of its own (a set-up failure or timeout is that
+// collective's error). Over MPI it is MPI_COMM_WORLD and costs nothing: made at once.
+ProcessGroup& HierarchicalGroup::flat() {
+  if (!flat_) flat_ = make_gloo_group(flat_args_);
+  return *flat_;
 }
 
 std::shared_ptr<Work> HierarchicalGroup::issue(Steps steps) {
