@@ -45,9 +45,13 @@ void verify_params_across_ranks(ProcessGroup& pg, const std::vector<at::Tensor>&
   const int world = pg.size();
   auto meta = shape_metadata(params);
   // Counts first: unequal inputs to the metadata broadcast would crash it (pytorch#73547).
-  auto mine = at::tensor({static_cast<std::int64_t>(params.size()), meta.numel()}, at::kLong);
-  auto all = at::empty({2 * world}, at::kLong);
-  control_allgather(pg, all, mine);  // Note [Control tensors]
+  // Gathered as a sum in which each rank fills its own two slots: an all-reduce, the collective
+  // DDP runs anyway (the hierarchical backend makes its flat group, a full mesh over gloo, only
+  // for all-gathers: Note [The flat group on first use]).
+  auto all = at::zeros({2 * world}, at::kLong);
+  all[2 * pg.rank()] = static_cast<std::int64_t>(params.size());
+  all[2 * pg.rank() + 1] = meta.numel();
+  control_allreduce(pg, all, ReduceOp::kSum)->wait();  // Note [Control tensors]
   auto counts = all.data_ptr<std::int64_t>();
   for (int r = 0; r < world; ++r) {
     TORCH_CHECK(counts[2 * r] == static_cast<std::int64_t>(params.size()), pg.where(),

@@ -311,6 +311,7 @@ int Agent::run_rounds() {
     // Stop everything first (a failure's peers exit with it), then decide.
     stop(SIGTERM);
     if (outcome == Outcome::kJobFailed) {
+      say_lost_nodes(r);
       return finish_failed("the job failed on another node: " + rdzv_->failure_elsewhere());
     }
     if (outcome == Outcome::kRestart || outcome == Outcome::kMembershipChange) {

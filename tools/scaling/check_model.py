@@ -6,8 +6,9 @@
 Fits on gloo with one rank on each of 2, 4 and 8 hosts, predicts 16, 32 and 64 ranks (8 hosts x
 2, 4, 8), flat gloo and hierarchical, and prints prediction against measurement (docs/scaling.md):
 - ring:       t(p, S) = 2(p-1) alpha + 2(p-1)/p S / beta                    (alpha, beta fitted)
-- ring + CPU: t(p, S) = 2(p-1) (alpha + tau max(0, p/C - 1)) + 2(p-1)/p S / beta: p processes on
-  C cores wait, at each of the ring's steps, for the next one to get a core; tau is fitted too.
+- ring + CPU: t(p, S) = 2(p-1) (alpha + tau max(0, 1 - C/p)) + 2(p-1)/p S / beta: with p
+  processes on C cores, the rank a ring step hands to is off a core with probability 1 - C/p,
+  and the step then waits about one scheduler slice, tau (fitted too).
 - hierarchical, 8 hosts x n: the shm all-reduce of n ranks (measured on one host, n <= 8: in
   the fit's range), the ring over the 8 leaders, and the shm broadcast, taken as half the shm
   all-reduce (a broadcast moves each byte once, an all-reduce twice).
@@ -57,7 +58,7 @@ def main():
     for p, res in fit_runs.items():
         for s, t in (res or {}).items():
             rows.append([2 * (p - 1), 2 * (p - 1) / p * s])
-            rows_cpu.append([2 * (p - 1), 2 * (p - 1) * max(0.0, p / a.cores - 1), 2 * (p - 1) / p * s])
+            rows_cpu.append([2 * (p - 1), 2 * (p - 1) * max(0.0, 1 - a.cores / p), 2 * (p - 1) / p * s])
             ts.append(t)
     alpha, inv_beta = solve(rows, ts)
     alpha_c, tau, inv_beta_c = solve(rows_cpu, ts)
@@ -69,7 +70,7 @@ def main():
         return 2 * (p - 1) * alpha + 2 * (p - 1) / p * s * inv_beta
 
     def ring_cpu(p, s):
-        return 2 * (p - 1) * (alpha_c + tau * max(0.0, p / a.cores - 1)) + 2 * (p - 1) / p * s * inv_beta_c
+        return 2 * (p - 1) * (alpha_c + tau * max(0.0, 1 - a.cores / p)) + 2 * (p - 1) / p * s * inv_beta_c
 
     print("\n| backend | ranks | bytes | measured us | ring us | measured / ring | ring+CPU us | measured / ring+CPU |")
     print("|---|---:|---:|---:|---:|---:|---:|---:|")

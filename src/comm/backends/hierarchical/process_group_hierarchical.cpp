@@ -27,8 +27,9 @@ namespace {
 //     divides the sum by the world size).
 // A broadcast runs the same way: inside the root's host from the root (unless the root leads
 // it), between the leaders from the root's host, inside every host from its leader.
-// all-gather, reduce-scatter and barrier go over a flat gloo group of every rank (in issue order
-// with the others), made at its first use (Note [The flat group on first use]). Hosts with
+// A barrier takes the same three steps (do_barrier). All-gather and reduce-scatter go over a
+// flat gloo group of every rank (in issue order with the others), made at its first use
+// (Note [The flat group on first use]). Hosts with
 // one rank have no shm group; a job on one host no leaders' group.
 // "hierarchical-mpi" is the same with MPI in gloo's place: the leaders' group is made by the
 // leaders alone (MPI_Comm_create_group: Note [MPI sub-groups] in comm/backends/mpi/subgroup.h),
@@ -43,8 +44,8 @@ namespace {
 // Ranks that disagree on a collective: step 1 finds a disagreement inside a host (every rank of
 // that host raises MismatchError), step 2 one between hosts (every leader raises). The others
 // must hear of it, or they would wait for the timeout:
-//  - a leader whose host disagreed calls a barrier instead of the all-reduce in step 2, so the
-//    other leaders' check fails too;
+//  - a leader whose host disagreed calls an all-gather instead of its step 2 (which is never
+//    one), so the other leaders' check fails too;
 //  - a leader whose step 2 failed that way calls a barrier instead of step 3's broadcast, so its
 //    host's ranks' check fails too.
 // Every rank then raises MismatchError and the sub-groups stay in step: the group stays usable.
@@ -68,7 +69,7 @@ class HierarchicalGroup : public ProcessGroup {
   std::shared_ptr<Work> do_allreduce(at::Tensor& tensor, const AllreduceOptions& opts) override;
   std::shared_ptr<Work> do_broadcast(at::Tensor& tensor, const BroadcastOptions& opts) override;
   // Handed to the flat group on the issuer thread, after the collectives issued before them
-  // finished: so a barrier also waits for this rank's earlier all-reduces, as on shm.
+  // finished, as on shm.
   std::shared_ptr<Work> do_allgather(at::Tensor& output, const at::Tensor& input) override {
     return issuer_->submit([this, output, input]() mutable {
       return flat().allgather(output, input);
@@ -80,9 +81,7 @@ class HierarchicalGroup : public ProcessGroup {
       return flat().reduce_scatter(output, input, opts);
     });
   }
-  std::shared_ptr<Work> do_barrier() override {
-    return issuer_->submit([this] { return flat().barrier(); });
-  }
+  std::shared_ptr<Work> do_barrier() override;
 
  private:
   using Step = std::function<std::shared_ptr<Work>()>;
@@ -107,6 +106,8 @@ class HierarchicalGroup : public ProcessGroup {
   void break_group(std::exception_ptr error);
   // The flat group, made at its first use (Note [The flat group on first use]); issuer thread.
   ProcessGroup& flat();
+  // The leaders' call that matches no step 2 (Note [Hierarchical errors]).
+  std::shared_ptr<Work> signal_between();
 
   HostLayout layout_;
   Backend between_kind_;  // gloo or mpi
@@ -160,8 +161,8 @@ HierarchicalGroup::HierarchicalGroup(const BackendArgs& args, const HostLayout& 
 }
 
 // Note [The flat group on first use]
-// The flat group of every rank serves all-gather, reduce-scatter and barrier only; DDP's
-// all-reduces and broadcasts never touch it. Over gloo it is a full mesh: at 64 ranks each rank
+// The flat group of every rank serves all-gather and reduce-scatter only; DDP's all-reduces
+// and broadcasts, and barriers, never touch it. Over gloo it is a full mesh: at 64 ranks each rank
 // held 63 connections (and a thread's worth of state for each) that a DDP job never used, and
 // their set-up was the largest part of the group's. So it is made when first used, on the
 // issuer thread: every rank issues the same collectives in the same order, so every rank makes
@@ -210,6 +211,23 @@ std::shared_ptr<Work> HierarchicalGroup::do_broadcast(at::Tensor& tensor,
   return issue(std::move(s));
 }
 
+// A barrier in the three steps (Note [Hierarchical collectives]): inside each host, between the
+// leaders, and inside each host again (a one-element broadcast from the leader), so that no rank
+// leaves before every rank arrived, without the flat group: dpx's checkpointers call barrier()
+// in every job, and the flat group's full mesh is what Note [The flat group on first use] saves.
+std::shared_ptr<Work> HierarchicalGroup::do_barrier() {
+  Steps s{"barrier", nullptr, nullptr, at::zeros({1}, at::kLong), nullptr};
+  if (inside_) s.inside = [this] { return inside_->barrier(); };
+  if (between_) s.between = [this] { return between_->barrier(); };
+  return issue(std::move(s));
+}
+
+std::shared_ptr<Work> HierarchicalGroup::signal_between() {
+  auto mine = at::zeros({1}, at::kLong);
+  auto all = at::zeros({between_->size()}, at::kLong);
+  return between_->allgather(all, mine);
+}
+
 void HierarchicalGroup::run(const Steps& s) {
   if (broken_) std::rethrow_exception(broken_);
   try {
@@ -233,8 +251,9 @@ void HierarchicalGroup::run_steps(const Steps& s) {
   }
   if (between_) {
     try {
-      // A host that disagreed tells the other leaders by a call that cannot match theirs.
-      (host_disagreed ? between_->barrier() : s.between())->wait();
+      // A host that disagreed tells the other leaders by a call that cannot match theirs: an
+      // all-gather (step 2 runs all-reduce, broadcast and barrier only).
+      (host_disagreed ? signal_between() : s.between())->wait();
     } catch (const MismatchError&) {
       if (!host_disagreed) hosts_disagreed = std::current_exception();
     }
@@ -288,7 +307,7 @@ void HierarchicalGroup::rethrow_mismatch(std::exception_ptr e, const char* op,
                std::to_string(layout_.leader(h));
   }
   throw MismatchError(head + " between the hosts (found by the hosts' leaders, whose group has "
-                      "ranks " + leaders + "; a leader that called barrier speaks for a host "
+                      "ranks " + leaders + "; a leader that called allgather speaks for a host "
                       "whose own ranks disagreed): " + what);
 }
 
