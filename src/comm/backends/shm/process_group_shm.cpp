@@ -17,6 +17,7 @@ namespace dpx::detail {
 namespace {
 
 constexpr std::chrono::milliseconds kHelpPoll{1};
+constexpr std::chrono::microseconds kGrace{50};
 constexpr int kIdlePolls = 50;
 
 // The shm backend's own variables (Note [Environment] in dpx/runtime/env.h), read when a group
@@ -162,6 +163,11 @@ void ShmGroup::run() {
             idle_polls = issued_since_poll_ ? 0 : idle_polls + 1;
             issued_since_poll_ = false;
             if (idle_polls >= kIdlePolls) callers_help_ = false;
+            // One issued since the last poll most likely has its caller on the way to claim
+            // it: give that caller kGrace before taking it (Note [Helping]).
+            if (ready() && !stop_ && queue_.front().polls + 1 == polls_) {
+              cv_.wait_for(lock, kGrace);
+            }
           }
         } else {
           cv_.wait(lock);

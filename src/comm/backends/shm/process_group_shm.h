@@ -34,7 +34,11 @@ class ShmGroup;
 // with a shorter timeout still returns on time. While callers help, issuing a collective does
 // not wake the group's thread (that wake-up would take the core a peer needs); the thread then
 // polls the queue every millisecond instead; a collective that waited for such a poll (nobody
-// was waiting for it) ends the mode.
+// was waiting for it) ends the mode. A poll that finds a collective issued since the one before
+// leaves it to its caller for a moment (kGrace) first: that caller is most likely between
+// issuing and waiting, on the same core when ranks are pinned, and a poll that took the
+// collective from it ended the mode for nothing; each collective then woke this thread (two
+// context switches) until a caller won the race again.
 //
 // Note [Call cost]
 // A small collective costs little more than its data's trip between cores (dpx-bench pingpong),
