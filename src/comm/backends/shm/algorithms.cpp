@@ -1,5 +1,7 @@
 #include "comm/backends/shm/algorithms.h"
 
+#include <c10/util/SmallVector.h>
+
 #include <algorithm>
 #include <cstring>
 #include <vector>
@@ -42,7 +44,7 @@ void allreduce_small(Channel& ch, at::Tensor& t, ReduceOp op) {
   const std::size_t bytes_n = t.numel() * t.element_size();
   std::memcpy(ch.mine(), bytes(t), bytes_n);
   ch.sync();
-  std::vector<const void*> srcs(ch.world());
+  c10::SmallVector<const void*, 8> srcs(ch.world());  // no allocation (Note [Call cost])
   for (int q = 0; q < ch.world(); ++q) srcs[q] = ch.slot(q);
   reduce(t.scalar_type(), op, bytes(t), srcs.data(), ch.world(), t.numel(), ch.world());
   ch.next_round();
