@@ -49,9 +49,13 @@ class ShmGroup;
 // takes no lock, and a helper's release of the group takes none when nothing else is queued
 // (two lock/unlock pairs per collective remain: issuing it and claiming it); no clock
 // is read on the way unless something has to wait (the channel's Deadline, the spin's end, the
-// group's polls counted rather than timed). A collective's finish time (finished_at, for the
-// timeline) is read only for collectives over kTimedBytes, whose cost dwarfs the read; smaller
-// ones say "not known", and the timeline takes the time their wait returned.
+// group's polls counted rather than timed; the stall inspector's note reads the kernel's coarse
+// clock). A collective's finish time (finished_at, for the timeline) is read only for
+// collectives over kTimedBytes, whose cost dwarfs the read; smaller ones say "not known", and
+// the timeline takes the time their wait returned. The small all-reduce allocates nothing, and
+// up to 4 bytes of data ride in the line that carries the post (Note [Inline data] in
+// segment.h). What the call still costs (docs/performance.md, issue #47): the Work's one
+// allocation and reference counts, the tensor's, and the queue's two lock/unlock pairs.
 constexpr std::size_t kTimedBytes = 64 << 10;
 
 class ShmWork : public Work {
