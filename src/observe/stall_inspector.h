@@ -7,9 +7,10 @@
 //     collective has the same number on every rank, as ranks must issue them in one order) and
 //     is noted here with its op, size, dtype, the caller's label (DDP: the bucket and its
 //     parameters' names) and a weak pointer to its Work: one uncontended lock per call, no
-//     allocation. The notes are a ring of the last kRing collectives: a Work is let go when its
-//     slot is taken again, so a rank issuing millions of small collectives between two ticks
-//     holds kRing of them, not millions (the Works' memory stays with their weak pointers).
+//     allocation, and the time from the kernel's coarse clock (no counter read). The notes
+//     are a ring of the last kRing collectives: a Work is let go when its slot is taken again,
+//     so a rank issuing millions of small collectives between two ticks holds kRing of them,
+//     not millions (the Works' memory stays with their weak pointers).
 //  2. A thread of the inspector wakes every threshold / 4 (at most 2 s): it finds the oldest
 //     collective still running (from the last one it found, forward) and, when this rank has
 //     issued a new one since, publishes "seq op numel dtype" under "dpx_stall/<rank>" in the

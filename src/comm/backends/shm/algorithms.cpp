@@ -1,5 +1,7 @@
 #include "comm/backends/shm/algorithms.h"
 
+#include <c10/util/SmallVector.h>
+
 #include <algorithm>
 #include <cstring>
 #include <vector>
@@ -40,10 +42,13 @@ void for_each_round(std::int64_t n, std::int64_t per_round, F body) {
 
 void allreduce_small(Channel& ch, at::Tensor& t, ReduceOp op) {
   const std::size_t bytes_n = t.numel() * t.element_size();
-  std::memcpy(ch.mine(), bytes(t), bytes_n);
+  const bool in_line = bytes_n <= kInlineBytes;  // Note [Inline data] in segment.h
+  std::memcpy(in_line ? static_cast<void*>(ch.mine_inline()) : ch.mine(), bytes(t), bytes_n);
   ch.sync();
-  std::vector<const void*> srcs(ch.world());
-  for (int q = 0; q < ch.world(); ++q) srcs[q] = ch.slot(q);
+  c10::SmallVector<const void*, 8> srcs(ch.world());  // no allocation (Note [Call cost])
+  for (int q = 0; q < ch.world(); ++q) {
+    srcs[q] = in_line ? static_cast<const void*>(ch.inline_slot(q)) : ch.slot(q);
+  }
   reduce(t.scalar_type(), op, bytes(t), srcs.data(), ch.world(), t.numel(), ch.world());
   ch.next_round();
 }

@@ -41,6 +41,11 @@ class Channel {
 
   char* mine() const { return segment_.slot(rank_, round_); }
   const char* slot(int rank) const { return segment_.slot(rank, round_); }
+  // This round's few bytes in the rank's control line (Note [Inline data] in segment.h).
+  unsigned char* mine_inline() const { return segment_.control(rank_).inline_data[round_ % 2]; }
+  const unsigned char* inline_slot(int rank) const {
+    return segment_.control(rank).inline_data[round_ % 2];
+  }
   std::size_t slot_bytes() const { return segment_.slot_bytes(); }
   int rank() const { return rank_; }
   int world() const { return segment_.world(); }

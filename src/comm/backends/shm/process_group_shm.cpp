@@ -17,6 +17,7 @@ namespace dpx::detail {
 namespace {
 
 constexpr std::chrono::milliseconds kHelpPoll{1};
+constexpr std::chrono::microseconds kGrace{50};
 constexpr int kIdlePolls = 50;
 
 // The shm backend's own variables (Note [Environment] in dpx/runtime/env.h), read when a group
@@ -72,12 +73,16 @@ void ShmWork::wait(std::chrono::milliseconds timeout) {
 
 bool ShmWork::sleep_until_finished(std::chrono::milliseconds timeout) {
   // Pairs with finish(): it stores finished_ and then reads sleepers_, we count ourselves and
-  // then read finished_ (all sequentially consistent), so one of us sees the other.
+  // then read finished_ (all sequentially consistent), so one of us sees the other; and the
+  // futex sleeps only while finished_ still reads 0.
   sleepers_.fetch_add(1, std::memory_order_seq_cst);
+  const auto end = shm::Clock::now() + timeout;
   bool done = false;
-  {
-    std::unique_lock<std::mutex> lock(mutex_);
-    done = done_.wait_for(lock, timeout, [&] { return finished_.load(std::memory_order_seq_cst); });
+  for (;;) {
+    done = finished_.load(std::memory_order_seq_cst) != 0;
+    const auto left = end - shm::Clock::now();
+    if (done || left <= shm::Clock::duration::zero()) break;
+    shm::futex_wait_private(finished_, 0, left);
   }
   sleepers_.fetch_sub(1, std::memory_order_seq_cst);
   return done;
@@ -86,11 +91,8 @@ bool ShmWork::sleep_until_finished(std::chrono::milliseconds timeout) {
 void ShmWork::finish(std::exception_ptr error) {
   error_ = std::move(error);
   if (timed_) finished_at_ = std::chrono::steady_clock::now();
-  finished_.store(true, std::memory_order_seq_cst);
-  if (sleepers_.load(std::memory_order_seq_cst) > 0) {
-    std::lock_guard<std::mutex> lock(mutex_);  // a sleeper is past its check or will see us
-    done_.notify_all();
-  }
+  finished_.store(1, std::memory_order_seq_cst);
+  if (sleepers_.load(std::memory_order_seq_cst) > 0) shm::futex_wake_private(finished_);
 }
 
 ShmGroup::ShmGroup(const BackendArgs& args)
@@ -137,6 +139,7 @@ std::shared_ptr<Work> ShmGroup::enqueue(Task task) {
     task.polls = polls_;
     issued_since_poll_ = true;
     queue_.push_back(std::move(task));
+    queued_.store(queue_.size(), std::memory_order_seq_cst);
     notify = !callers_help_;
   }
   if (notify) cv_.notify_one();
@@ -160,15 +163,21 @@ void ShmGroup::run() {
             idle_polls = issued_since_poll_ ? 0 : idle_polls + 1;
             issued_since_poll_ = false;
             if (idle_polls >= kIdlePolls) callers_help_ = false;
+            // One issued since the last poll most likely has its caller on the way to claim
+            // it: give that caller kGrace before taking it (Note [Helping]).
+            if (ready() && !stop_ && queue_.front().polls + 1 == polls_) {
+              cv_.wait_for(lock, kGrace);
+            }
           }
         } else {
           cv_.wait(lock);
         }
       }
       if (queue_.empty()) return;  // stopped, and nothing left to run
-      executing_ = true;
+      executing_.store(true, std::memory_order_relaxed);
       task = std::move(queue_.front());
       queue_.pop_front();
+      queued_.store(queue_.size(), std::memory_order_relaxed);
       // A collective issued before the poll that found it had no caller waiting for it:
       // collectives are being run asynchronously, so wake this thread for each from now on.
       if (task.polls != polls_) callers_help_ = false;
@@ -180,22 +189,25 @@ void ShmGroup::run() {
 
 bool ShmGroup::claim(Task& task) {
   std::lock_guard<std::mutex> lock(mutex_);
-  if (executing_ || queue_.empty()) return false;
-  executing_ = true;
+  if (executing_.load(std::memory_order_relaxed) || queue_.empty()) return false;
+  executing_.store(true, std::memory_order_relaxed);
   callers_help_ = true;
   task = std::move(queue_.front());
   queue_.pop_front();
+  queued_.store(queue_.size(), std::memory_order_relaxed);
   return true;
 }
 
 void ShmGroup::release() {
-  bool more = false;
-  {
-    std::lock_guard<std::mutex> lock(mutex_);
-    executing_ = false;
-    more = stop_ || !queue_.empty();
+  // No lock when nothing is queued: a collective issued after the load below takes the lock
+  // and sees executing_ false (the group's thread, woken or polling, runs it); one issued
+  // before is counted in queued_, and then the lock orders our notify after the thread's check.
+  executing_.store(false, std::memory_order_seq_cst);
+  if (queued_.load(std::memory_order_seq_cst) == 0 && !stop_.load(std::memory_order_seq_cst)) {
+    return;
   }
-  if (more) cv_.notify_all();  // wake the group's thread only when it has something to do
+  { std::lock_guard<std::mutex> lock(mutex_); }
+  cv_.notify_all();  // wake the group's thread only when it has something to do
 }
 
 void ShmGroup::abort_timed_out(const std::string& message) {

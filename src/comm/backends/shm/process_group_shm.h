@@ -6,6 +6,7 @@
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <cstdint>
 #include <deque>
 #include <exception>
 #include <memory>
@@ -33,17 +34,28 @@ class ShmGroup;
 // with a shorter timeout still returns on time. While callers help, issuing a collective does
 // not wake the group's thread (that wake-up would take the core a peer needs); the thread then
 // polls the queue every millisecond instead; a collective that waited for such a poll (nobody
-// was waiting for it) ends the mode.
+// was waiting for it) ends the mode. A poll that finds a collective issued since the one before
+// leaves it to its caller for a moment (kGrace) first: that caller is most likely between
+// issuing and waiting, on the same core when ranks are pinned, and a poll that took the
+// collective from it ended the mode for nothing; each collective then woke this thread (two
+// context switches) until a caller won the race again.
 //
 // Note [Call cost]
 // A small collective costs little more than its data's trip between cores (dpx-bench pingpong),
-// so what surrounds it is kept off the clock and the allocator: a ShmWork is one allocation and
-// holds no copy of the rank's name (the group's, shared); a task holds its tensors and options
-// by value, with no std::function; a wait that finds its collective done takes no lock; no clock
+// so what surrounds it is kept off the clock, the allocator and locks: a ShmWork is one
+// allocation, holds no copy of the rank's name (the group's, shared) and no mutex or condition
+// variable (a waiter that must sleep does so on a futex on its finished word); a task holds its
+// tensors and options by value, with no std::function; a wait that finds its collective done
+// takes no lock, and a helper's release of the group takes none when nothing else is queued
+// (two lock/unlock pairs per collective remain: issuing it and claiming it); no clock
 // is read on the way unless something has to wait (the channel's Deadline, the spin's end, the
-// group's polls counted rather than timed). A collective's finish time (finished_at, for the
-// timeline) is read only for collectives over kTimedBytes, whose cost dwarfs the read; smaller
-// ones say "not known", and the timeline takes the time their wait returned.
+// group's polls counted rather than timed; the stall inspector's note reads the kernel's coarse
+// clock). A collective's finish time (finished_at, for the timeline) is read only for
+// collectives over kTimedBytes, whose cost dwarfs the read; smaller ones say "not known", and
+// the timeline takes the time their wait returned. The small all-reduce allocates nothing, and
+// up to 4 bytes of data ride in the line that carries the post (Note [Inline data] in
+// segment.h). What the call still costs (docs/performance.md, issue #47): the Work's one
+// allocation and reference counts, the tensor's, and the queue's two lock/unlock pairs.
 constexpr std::size_t kTimedBytes = 64 << 10;
 
 class ShmWork : public Work {
@@ -60,10 +72,10 @@ class ShmWork : public Work {
     return finished() ? finished_at_ : std::chrono::steady_clock::time_point{};
   }
   void finish(std::exception_ptr error = nullptr);
-  bool finished() const { return finished_.load(std::memory_order_acquire); }
+  bool finished() const { return finished_.load(std::memory_order_acquire) != 0; }
 
  private:
-  // Blocks until finished or `timeout`; false at the timeout.
+  // Blocks until finished or `timeout` (on a futex on finished_); false at the timeout.
   bool sleep_until_finished(std::chrono::milliseconds timeout);
 
   std::weak_ptr<ShmGroup> group_;
@@ -72,10 +84,8 @@ class ShmWork : public Work {
   bool timed_;
   std::exception_ptr error_;  // written before finished_ turns true, read after
   std::chrono::steady_clock::time_point finished_at_;
-  std::atomic<bool> finished_{false};
-  std::atomic<int> sleepers_{0};  // waiters blocked on done_; finish() notifies only then
-  std::mutex mutex_;
-  std::condition_variable done_;
+  std::atomic<std::uint32_t> finished_{0};  // the futex word sleepers wait on
+  std::atomic<int> sleepers_{0};  // waiters asleep on finished_; finish() wakes only then
 };
 
 class ShmGroup : public ProcessGroup,
@@ -146,11 +156,14 @@ class ShmGroup : public ProcessGroup,
   std::mutex mutex_;
   std::condition_variable cv_;
   std::deque<Task> queue_;
+  // queue_.size(), written under mutex_: release() reads it without the lock (Note [Call cost]).
+  std::atomic<std::size_t> queued_{0};
   std::uint64_t polls_ = 0;  // wake-ups of the group thread by its poll, not by a notify
   bool issued_since_poll_ = false;
-  bool executing_ = false;  // a thread runs a claimed collective
+  // A thread runs a claimed collective. Set under mutex_; cleared by release() without it.
+  std::atomic<bool> executing_{false};
   bool callers_help_ = false;  // the last collective ran on a waiting caller's thread
-  bool stop_ = false;
+  std::atomic<bool> stop_{false};  // written under mutex_
   std::chrono::microseconds spin_{0};
   std::shared_ptr<const std::string> where_shared_;  // every ShmWork's name for this rank
   std::thread thread_;

@@ -44,13 +44,23 @@
 
 namespace dpx::detail::shm {
 
+// Note [Inline data]
+// A small all-reduce's data rides in its rank's control line when it fits in the line's last
+// bytes (kInlineBytes: one float32 or int32: a loss, a count, GradScaler's found-inf): a peer
+// that sees the post has the data too and reads no data slot, one transfer between cores
+// instead of two. Like the slots, it is kept by round parity (Note [Rounds and steps] in
+// channel.h); whether a collective uses it depends only on what the descriptors compare (dtype
+// and numel), so every rank chooses alike and a mismatch is caught before anything is read.
+constexpr std::size_t kInlineBytes = 4;
+
 // One per rank. `step` is the futex word peers wait on. The descriptors share its cache line:
 // a peer that sees the new step has that line already, so the mismatch check costs no extra
-// transfer between cores.
+// transfer between cores; so does small data (Note [Inline data]).
 struct alignas(64) RankControl {
   std::atomic<std::uint32_t> step;
   std::atomic<std::uint32_t> sleepers;  // peers blocked in FUTEX_WAIT on `step`
   CollectiveDescriptor desc[2];         // by collective parity (Note [Mismatch check])
+  unsigned char inline_data[2][kInlineBytes];  // by round parity (Note [Inline data])
   alignas(64) std::atomic<std::int32_t> pid;
 };
 static_assert(offsetof(RankControl, pid) == 64);

@@ -4,6 +4,7 @@
 // peer aborted the group, and the collective's deadline.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <string>
@@ -38,6 +39,12 @@ class Deadline {
   Clock::duration timeout_;
   Clock::time_point at_{};
 };
+
+// A futex on a word of this process only (a Work's "finished"): sleeps while `a` holds
+// `expected`, at most `timeout`; may return early (a wake-up, a signal, spuriously).
+void futex_wait_private(const std::atomic<std::uint32_t>& a, std::uint32_t expected,
+                        Clock::duration timeout);
+void futex_wake_private(const std::atomic<std::uint32_t>& a);
 
 // Step counters wrap around; a counter has reached `target` when it is at most 2^31 ahead.
 inline bool reached(std::uint32_t value, std::uint32_t target) {
