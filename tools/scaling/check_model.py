@@ -13,9 +13,14 @@ Fits on gloo with one rank on each of 2, 4 and 8 hosts, predicts 16, 32 and 64 r
   the fit's range), the ring over the 8 leaders, and the shm broadcast, taken as half the shm
   all-reduce (a broadcast moves each byte once, an all-reduce twice).
 The fits minimise relative error (each size counts alike), over every size in the sweeps.
+With --steps SCALING_OUT (bench/cluster_scaling.sh's folder, run at the same global batch for
+every world size), the example's step time as well: step(p) = A + the all-reduce of its two
+buckets as predicted above (no overlap counted), A fitted on the 8-rank run (8 hosts x 1), and
+the 16-64 rank runs predicted; measured step = global batch / samples per second.
 """
 import argparse
 import json
+import math
 import os
 
 
@@ -52,6 +57,9 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("out")
     ap.add_argument("--cores", type=int, default=os.cpu_count())
+    ap.add_argument("--steps", help="bench/cluster_scaling.sh's output folder")
+    ap.add_argument("--buckets", default="1610792,75776", help="the model's bucket bytes")
+    ap.add_argument("--global-batch", type=int, default=128)
     a = ap.parse_args()
     fit_runs = {p: load(a.out, f"gloo-{p}x1") for p in (2, 4, 8)}
     rows, rows_cpu, ts = [], [], []
@@ -93,6 +101,49 @@ def main():
                 pred_c = 1.5 * shm[s] + ring_cpu(8, s)
                 print(f"| hierarchical | {p} | {s} | {t:.0f} | {pred:.0f} | {t / pred:.2f} | "
                       f"{pred_c:.0f} | {t / pred_c:.2f} |")
+    if a.steps:
+        step_times(a, ring, ring_cpu)
+
+
+def interpolate(times, s):
+    """A sweep's time at `s` bytes, log-linear between its sizes."""
+    sizes = sorted(times)
+    lo = max([x for x in sizes if x <= s] or [sizes[0]])
+    hi = min([x for x in sizes if x >= s] or [sizes[-1]])
+    if lo == hi:
+        return times[lo]
+    f = math.log(s / lo) / math.log(hi / lo)
+    return times[lo] ** (1 - f) * times[hi] ** f
+
+
+def step_times(a, ring, ring_cpu):
+    import glob
+    measured = {}
+    for d in glob.glob(os.path.join(a.steps, "r*-dpxrun-*")):
+        ranks = int(d.rsplit("-", 1)[1])
+        trains = [json.loads(l) for l in open(os.path.join(d, "fashion_mnist_metrics.jsonl"))
+                  if '"type":"train"' in l]
+        if trains:
+            measured.setdefault(ranks, []).append(a.global_batch / trains[-1]["samples_per_s"] * 1e3)
+    buckets = [int(x) for x in a.buckets.split(",")]
+
+    def comm_ms(p, model):
+        n = p // 8
+        shm = load(a.out, f"shm-1x{n}") if n > 1 else None
+        return sum((1.5 * interpolate(shm, b) if shm else 0.0) + model(8, b) for b in buckets) / 1e3
+
+    if 8 not in measured:
+        return
+    print(f"\nstep time of the example, global batch {a.global_batch}, buckets {a.buckets} bytes:")
+    print("| ranks | measured ms | ring ms | measured / ring | ring+CPU ms | measured / ring+CPU |")
+    print("|---:|---:|---:|---:|---:|---:|")
+    base = sorted(measured[8])[len(measured[8]) // 2]
+    fits = {m: base - comm_ms(8, m) for m in (ring, ring_cpu)}
+    for p in sorted(measured):
+        t = sorted(measured[p])[len(measured[p]) // 2]
+        pr, pc = fits[ring] + comm_ms(p, ring), fits[ring_cpu] + comm_ms(p, ring_cpu)
+        tag = " (fit)" if p == 8 else ""
+        print(f"| {p}{tag} | {t:.1f} | {pr:.1f} | {t / pr:.2f} | {pc:.1f} | {t / pc:.2f} |")
 
 
 if __name__ == "__main__":
