@@ -14,6 +14,7 @@
 #include <ctime>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <sstream>
 
@@ -245,13 +246,15 @@ struct SetupTimes {
   static double process_started() {
     std::ifstream stat("/proc/self/stat");
     std::string text((std::istreambuf_iterator<char>(stat)), {}), field;
-    std::istringstream fields(text.substr(text.rfind(')') + 2));  // after "(comm) ": field 3
+    const auto paren = text.rfind(')');
+    std::istringstream fields(paren == std::string::npos ? "" : text.substr(paren + 1));
     for (int i = 3; i <= 22 && fields >> field; ++i) {}  // field 22: starttime
     timespec boot{};
     clock_gettime(CLOCK_BOOTTIME, &boot);
-    const double age = boot.tv_sec + boot.tv_nsec * 1e-9 -
-                       std::stod(field) / static_cast<double>(sysconf(_SC_CLK_TCK));
-    return now() - age;
+    char* end = nullptr;
+    const double ticks = std::strtod(field.c_str(), &end);
+    if (field.empty() || *end != '\0') return now();  // no /proc: main() is the start
+    return now() - (boot.tv_sec + boot.tv_nsec * 1e-9 - ticks / sysconf(_SC_CLK_TCK));
   }
 };
 

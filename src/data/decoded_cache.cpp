@@ -12,7 +12,6 @@
 #include <cstring>
 #include <filesystem>
 #include <functional>
-#include <thread>
 
 namespace dpx::detail {
 namespace {
@@ -58,7 +57,10 @@ torch::Tensor map_file(const std::string& path) {
     sizes.push_back(h.sizes[d]);
   }
   ok = ok && st.st_size == static_cast<off_t>(sizeof h + bytes);
-  void* base = ok ? ::mmap(nullptr, st.st_size, PROT_READ, MAP_SHARED, fd, 0) : MAP_FAILED;
+  // Private and writable: pages stay shared with the other processes until one writes to its
+  // tensor, which then gets a copy of its own instead of a fault (or a change under the others).
+  void* base = ok ? ::mmap(nullptr, st.st_size, PROT_READ | PROT_WRITE, MAP_PRIVATE, fd, 0)
+                  : MAP_FAILED;
   ::close(fd);
   if (base == MAP_FAILED) return {};
   const size_t length = st.st_size;
@@ -67,16 +69,17 @@ torch::Tensor map_file(const std::string& path) {
       torch::TensorOptions(torch::kUInt8));
 }
 
-// Writes `bytes` to `path` whole or not at all; false when it could not (no space, no right).
+// Writes `bytes` to `path` whole or not at all, unless `path` exists already (the first writer
+// wins: the file others may have mapped is never replaced, so a host keeps one copy even when
+// all its ranks decode at once on a cold start). False when it could not write.
 bool write_file(const std::string& path, const torch::Tensor& bytes) {
   Header h {};
   h.magic = kMagic;
   h.dims = bytes.dim();
   if (h.dims < 1 || h.dims > 6) return false;
   for (int64_t d = 0; d < h.dims; ++d) h.sizes[d] = bytes.size(d);
-  const std::string temporary = path + ".tmp-" + std::to_string(::getpid()) + "-" +
-                                std::to_string(std::hash<std::thread::id>{}(std::this_thread::get_id()));
-  const int fd = ::open(temporary.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+  std::string temporary = path + ".tmp-XXXXXX";
+  const int fd = ::mkstemp(temporary.data());
   if (fd < 0) return false;
   const auto data = bytes.contiguous();
   bool ok = ::write(fd, &h, sizeof h) == sizeof h;
@@ -86,9 +89,11 @@ bool write_file(const std::string& path, const torch::Tensor& bytes) {
     ok = n > 0 || (n < 0 && errno == EINTR);
     if (n > 0) p += n, left -= static_cast<size_t>(n);
   }
+  // On disk before it has its name: after a crash a whole-looking file holds its bytes.
+  ok = ok && ::fchmod(fd, 0644) == 0 && ::fsync(fd) == 0;
   ok = ::close(fd) == 0 && ok;
-  ok = ok && ::rename(temporary.c_str(), path.c_str()) == 0;
-  if (!ok) ::unlink(temporary.c_str());
+  ok = ok && (::link(temporary.c_str(), path.c_str()) == 0 || errno == EEXIST);
+  ::unlink(temporary.c_str());
   return ok;
 }
 
@@ -111,13 +116,16 @@ torch::Tensor decoded_bytes(const std::string& source,
   if (name.empty()) return decode();
   const std::string path = folder + "/" + name;
   if (auto mapped = map_file(path); mapped.defined()) return mapped;
+  // A file there that does not map is not whole (files get their name only once whole: it was
+  // cut short since, or is of another format); no process maps it. It makes way.
+  ::unlink(path.c_str());
   auto bytes = decode();
   TORCH_CHECK(bytes.scalar_type() == torch::kUInt8, "decoded_bytes: decode() must give uint8");
   std::error_code ec;
   std::filesystem::create_directories(folder, ec);
   if (ec || !write_file(path, bytes)) return bytes;
-  // Map what was written (or what a faster process renamed over it: the same bytes), so this
-  // process shares the host's copy and frees its own.
+  // Map what was written (or what a faster process wrote first: the same bytes), so this process
+  // shares the host's copy and frees its own.
   auto mapped = map_file(path);
   return mapped.defined() ? mapped : bytes;
 }

@@ -105,6 +105,7 @@ class Reducer {
 
   void install_hooks();
   void hook(std::size_t i);  // on the parameter's current gradient accumulator
+  void hook(std::size_t i, compat::NodePtr accumulator);
   void rehook_replaced_accumulators();
   void initialize_buckets(const std::vector<std::vector<std::size_t>>& assignment);
   // One zeroed flat tensor per dense bucket of `assignment` (undefined for sparse ones).

@@ -14,6 +14,7 @@ namespace dpx::detail {
 void Reducer::prepare_for_forward(bool allow_rebuild) {
   std::lock_guard<std::mutex> lock(mutex_);
   check_prior_reduction_finished();
+  rehook_replaced_accumulators();  // Note [Replaced gradient accumulators]
   if (allow_rebuild && rebuild_due()) rebuild_buckets();
 }
 
@@ -44,7 +45,6 @@ bool Reducer::reduces_used_map() const {
 
 void Reducer::prepare_for_backward(const std::vector<at::Tensor>& outputs) {
   std::lock_guard<std::mutex> lock(mutex_);
-  rehook_replaced_accumulators();
   reset_iteration();
   state_ = ReducerState::kAwaitingGradients;
   times_.mark(Moment::kForwardEnd);

@@ -64,7 +64,10 @@ void Reducer::install_hooks() {
 }
 
 void Reducer::hook(std::size_t i) {
-  auto acc = torch::autograd::impl::grad_accumulator(params_[i]);
+  hook(i, torch::autograd::impl::grad_accumulator(params_[i]));
+}
+
+void Reducer::hook(std::size_t i, compat::NodePtr acc) {
   TORCH_INTERNAL_ASSERT(acc, "parameter ", names_[i], " has no gradient accumulator");
   hook_keys_[i] = acc->add_post_hook(std::make_unique<ReadyHook>([this, i] { autograd_hook(i); }));
   accumulators_[i] = std::move(acc);
@@ -76,15 +79,16 @@ void Reducer::hook(std::size_t i) {
 // forget it: LibTorch's own Module::load (torch::load(model, file)) gives each parameter the
 // file's storage with set_(), after which the next forward makes a new accumulator. DDP's hooks
 // stayed on the old one, never fired again, and every rank stepped with its own gradient: the
-// replicas drifted apart without an error. So after each forward, before the graph runs, every
-// parameter's current accumulator is compared with the hooked one and hooked anew if it
-// changed (one weak-pointer read per parameter).
+// replicas drifted apart without an error. So before each forward (synchronised or under
+// no_sync, whose hooks mark parameters used), every parameter's accumulator is asked for (made
+// if it was forgotten, so the forward's graph uses the one hooked) and compared with the
+// hooked one; a new one is hooked (one lookup per parameter).
 void Reducer::rehook_replaced_accumulators() {
   for (std::size_t i = 0; i < params_.size(); ++i) {
-    const auto now = torch::autograd::impl::try_get_grad_accumulator(params_[i]);
-    if (!now || now.get() == accumulators_[i].get()) continue;
+    auto now = torch::autograd::impl::grad_accumulator(params_[i]);
+    if (now.get() == accumulators_[i].get()) continue;
     accumulators_[i]->del_post_hook(hook_keys_[i]);
-    hook(i);
+    hook(i, std::move(now));
   }
 }
 

@@ -311,8 +311,9 @@ int Agent::run_rounds() {
     // Stop everything first (a failure's peers exit with it), then decide.
     stop(SIGTERM);
     if (outcome == Outcome::kJobFailed) {
+      const std::string why = rdzv_->failure_elsewhere();  // while the store is surely there
       say_lost_nodes(r);
-      return finish_failed("the job failed on another node: " + rdzv_->failure_elsewhere());
+      return finish_failed("the job failed on another node: " + why);
     }
     if (outcome == Outcome::kRestart || outcome == Outcome::kMembershipChange) {
       say(outcome == Outcome::kRestart

@@ -16,7 +16,7 @@ Liveness::~Liveness() {
     // Leaving is not being lost: an agent that ends (its job failed, or done) says so, so that
     // a peer checking at that moment does not name it.
     try {
-      if (!key_.empty()) store_->set(key_ + "/left", "1");
+      if (!key_.empty() && !unreachable_) store_->set(key_ + "/left", "1");
     } catch (const std::exception&) {
     }
   }
@@ -39,8 +39,9 @@ void Liveness::run() {
     if (!key_.empty()) {
       try {
         store_->add(key_, 1);
+        unreachable_ = false;
       } catch (const std::exception&) {
-        return;  // the store is gone: the agent's own calls report it
+        unreachable_ = true;  // the agent's own calls report it; beat again if it comes back
       }
     }
     wake_.wait_for(lock, std::chrono::duration<double>(kBeatSeconds), [this] { return stop_; });

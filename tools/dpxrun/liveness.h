@@ -62,6 +62,7 @@ class Liveness {
   std::condition_variable wake_;
   std::string key_;  // "" until the first round
   bool stop_ = false;
+  bool unreachable_ = false;  // the last beat failed: the destructor does not wait on the store
   std::thread thread_;
 };
 

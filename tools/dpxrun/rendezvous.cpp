@@ -96,7 +96,9 @@ Rendezvous::Rendezvous(const Config& config, std::function<bool()> interrupted)
 std::shared_ptr<dpx::Store> Rendezvous::new_client() const {
   auto client = connect(store_host_, store_->port(), false, std::max(config_.timeouts.join, 1.0),
                         token_, false);
-  client->set_timeout(ms(std::max(config_.timeouts.close, 10.0)));
+  // Short: a beat that cannot get through in 2 s is a missed beat, not a reason to hold the
+  // agent's exit (its own connection has the long timeout).
+  client->set_timeout(ms(2.0));
   return client;
 }
 

@@ -27,7 +27,8 @@ class FashionMNIST : public torch::data::datasets::Dataset<FashionMNIST> {
   torch::optional<size_t> size() const override;
 
   bool is_train() const noexcept { return mode_ == Mode::kTrain; }
-  // [N, 1, 28, 28] uint8, as in the files; read-only (shared with the host's other processes).
+  // [N, 1, 28, 28] uint8, as in the files (shared with the host's other processes until
+  // written: a write copies the pages written, for this process only).
   const torch::Tensor& pixels() const { return pixels_; }
   // [N, 1, 28, 28] float in [0, 1]: a new tensor of 4 bytes a pixel at each call.
   torch::Tensor images() const;

@@ -46,8 +46,9 @@ namespace {
 // must hear of it, or they would wait for the timeout:
 //  - a leader whose host disagreed calls an all-gather instead of its step 2 (which is never
 //    one), so the other leaders' check fails too;
-//  - a leader whose step 2 failed that way calls a barrier instead of step 3's broadcast, so its
-//    host's ranks' check fails too.
+//  - a leader whose step 2 failed that way calls an all-gather instead of step 3's broadcast
+//    (no step inside a host is one: a barrier's step 1 is a barrier), so its host's ranks'
+//    check fails too.
 // Every rank then raises MismatchError and the sub-groups stay in step: the group stays usable.
 // A broadcast whose ranks disagree only inside a host other than the root's is found in step 3
 // by that host alone; the other hosts complete it.
@@ -106,8 +107,10 @@ class HierarchicalGroup : public ProcessGroup {
   void break_group(std::exception_ptr error);
   // The flat group, made at its first use (Note [The flat group on first use]); issuer thread.
   ProcessGroup& flat();
-  // The leaders' call that matches no step 2 (Note [Hierarchical errors]).
+  // The leaders' call that matches no step 2, the host's that matches no step 1 or 3
+  // (Note [Hierarchical errors]).
   std::shared_ptr<Work> signal_between();
+  std::shared_ptr<Work> signal_inside();
 
   HostLayout layout_;
   Backend between_kind_;  // gloo or mpi
@@ -228,6 +231,12 @@ std::shared_ptr<Work> HierarchicalGroup::signal_between() {
   return between_->allgather(all, mine);
 }
 
+std::shared_ptr<Work> HierarchicalGroup::signal_inside() {
+  auto mine = at::zeros({1}, at::kLong);
+  auto all = at::zeros({inside_->size()}, at::kLong);
+  return inside_->allgather(all, mine);
+}
+
 void HierarchicalGroup::run(const Steps& s) {
   if (broken_) std::rethrow_exception(broken_);
   try {
@@ -265,7 +274,7 @@ void HierarchicalGroup::run_steps(const Steps& s) {
   if (hosts_disagreed) {
     if (spread) {
       try {
-        inside_->barrier()->wait();  // cannot match the host's broadcast: they raise too
+        signal_inside()->wait();  // cannot match the host's broadcast: they raise too
       } catch (const MismatchError&) {
       }
     }
@@ -296,7 +305,7 @@ void HierarchicalGroup::rethrow_mismatch(std::exception_ptr e, const char* op,
       throw MismatchError(head + " inside this host: " + what);
     case Found::kSpread:
       throw MismatchError(head + ", inside this host or between the hosts (then this host's "
-                          "leader, rank " + leader + ", found it and calls barrier here; its "
+                          "leader, rank " + leader + ", found it and calls allgather here; its "
                           "error names both calls): " + what);
     case Found::kBetween:
       break;
