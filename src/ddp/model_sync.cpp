@@ -45,13 +45,18 @@ void verify_params_across_ranks(ProcessGroup& pg, const std::vector<at::Tensor>&
   const int world = pg.size();
   auto meta = shape_metadata(params);
   // Counts first: unequal inputs to the metadata broadcast would crash it (pytorch#73547).
-  // Gathered as a sum in which each rank fills its own two slots: an all-reduce, the collective
-  // DDP runs anyway (the hierarchical backend makes its flat group, a full mesh over gloo, only
-  // for all-gathers: Note [The flat group on first use]).
-  auto all = at::zeros({2 * world}, at::kLong);
-  all[2 * pg.rank()] = static_cast<std::int64_t>(params.size());
-  all[2 * pg.rank() + 1] = meta.numel();
-  control_allreduce(pg, all, ReduceOp::kSum)->wait();  // Note [Control tensors]
+  // Whether every rank has the same counts comes first: the largest and smallest of each, by an
+  // all-reduce (the collective DDP runs anyway; the hierarchical backend makes its flat group, a
+  // full mesh over gloo, only for all-gathers: Note [The flat group on first use]). Only when
+  // they differ, which every rank sees alike, are the counts all-gathered to name the rank.
+  const std::int64_t n = static_cast<std::int64_t>(params.size()), m = meta.numel();
+  auto bounds = at::tensor({n, -n, m, -m}, at::kLong);
+  control_allreduce(pg, bounds, ReduceOp::kMax)->wait();  // Note [Control tensors]
+  const auto* b = bounds.data_ptr<std::int64_t>();
+  const bool agree = b[0] == n && -b[1] == n && b[2] == m && -b[3] == m;
+  auto mine = at::tensor({n, m}, at::kLong);
+  auto all = mine.repeat({world});
+  if (!agree) control_allgather(pg, all, mine);
   auto counts = all.data_ptr<std::int64_t>();
   for (int r = 0; r < world; ++r) {
     TORCH_CHECK(counts[2 * r] == static_cast<std::int64_t>(params.size()), pg.where(),
