@@ -10,8 +10,9 @@
 #include <climits>
 #include <cstdlib>
 #include <cstring>
-#include <filesystem>
 #include <functional>
+
+#include "dpx/runtime/files.h"
 
 namespace dpx::detail {
 namespace {
@@ -30,15 +31,17 @@ constexpr std::array<char, 8> kMagic = {'D', 'P', 'X', 'U', '8', 'v', '1', '\0'}
 std::string cache_name(const std::string& source) {
   struct stat st {};
   if (::stat(source.c_str(), &st) != 0) return "";
-  std::error_code ec;
-  const auto real = std::filesystem::weakly_canonical(source, ec);
-  const std::string identity = (ec ? source : real.string()) + '\n' + std::to_string(st.st_size) +
+  // Not std::filesystem: Note [LibTorch's std::filesystem] (dpx/runtime/files.h).
+  char* real = ::realpath(source.c_str(), nullptr);
+  const std::string where = real ? real : absolute_path(source);
+  std::free(real);
+  const std::string identity = where + '\n' + std::to_string(st.st_size) +
                                '\n' + std::to_string(st.st_mtim.tv_sec) + '.' +
                                std::to_string(st.st_mtim.tv_nsec) + '\n' +
                                std::to_string(st.st_ino);
   char hash[17];
   std::snprintf(hash, sizeof hash, "%016zx", std::hash<std::string>{}(identity));
-  return std::filesystem::path(source).filename().string() + "-" + hash + ".u8";
+  return source.substr(source.find_last_of('/') + 1) + "-" + hash + ".u8";
 }
 
 // The cached tensor mapped from `path`, or undefined when the file is missing or not whole.
@@ -121,9 +124,12 @@ torch::Tensor decoded_bytes(const std::string& source,
   ::unlink(path.c_str());
   auto bytes = decode();
   TORCH_CHECK(bytes.scalar_type() == torch::kUInt8, "decoded_bytes: decode() must give uint8");
-  std::error_code ec;
-  std::filesystem::create_directories(folder, ec);
-  if (ec || !write_file(path, bytes)) return bytes;
+  try {
+    make_dirs(folder);
+  } catch (const std::runtime_error&) {
+    return bytes;  // no cache folder to be had: this process keeps its own copy
+  }
+  if (!write_file(path, bytes)) return bytes;
   // Map what was written (or what a faster process wrote first: the same bytes), so this process
   // shares the host's copy and frees its own.
   auto mapped = map_file(path);

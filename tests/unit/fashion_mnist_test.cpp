@@ -2,14 +2,15 @@
 #include <gtest/gtest.h>
 #include <fcntl.h>
 #include <sys/stat.h>
+#include <unistd.h>
 #include <torch/torch.h>
 #include <zlib.h>
 
 #include <cstdlib>
-#include <filesystem>
 #include <fstream>
 
 #include "dpx/data/fashion_mnist.h"
+#include "dpx/runtime/files.h"
 
 namespace {
 
@@ -61,10 +62,12 @@ class BrokenFiles : public ::testing::Test {
   // The decoded copies in the cache folder.
   std::vector<std::string> cached() const {
     std::vector<std::string> files;
-    std::error_code ec;
-    for (const auto& e : std::filesystem::directory_iterator(cache(), ec))
-      files.push_back(e.path().string());
+    for (const auto& name : dpx::list_dir(cache())) files.push_back(cache() + "/" + name);
     return files;
+  }
+  static int64_t size_of(const std::string& path) {
+    struct stat st {};
+    return ::stat(path.c_str(), &st) == 0 ? st.st_size : -1;
   }
 
   static std::string be32(uint32_t v) {
@@ -164,7 +167,7 @@ TEST_F(BrokenFiles, SecondReaderMapsTheFirstOnesDecodedCopy) {
   dpx::FashionMNIST first(dir_);
   const auto files = cached();
   ASSERT_EQ(files.size(), 1u);
-  EXPECT_EQ(std::filesystem::file_size(files[0]), 64u + 5 * 784);
+  EXPECT_EQ(size_of(files[0]), 64 + 5 * 784);
   EXPECT_EQ(first.pixels().dtype(), torch::kUInt8);
   EXPECT_EQ(first.pixels().sizes(), (std::vector<int64_t>{5, 1, 28, 28}));
   {  // Change the copy's last pixel: a reader that decodes again would not see it.
@@ -196,17 +199,17 @@ TEST_F(BrokenFiles, CutShortCopyIsReplaced) {
   write_set(images(5, 5), labels(5, 5));
   { dpx::FashionMNIST first(dir_); }
   ASSERT_EQ(cached().size(), 1u);
-  std::filesystem::resize_file(cached()[0], 100);
+  ASSERT_EQ(::truncate(cached()[0].c_str(), 100), 0);
   dpx::FashionMNIST again(dir_);
   EXPECT_EQ(again.pixels().sum().item<int64_t>(), 5 * 784 * 7);
-  EXPECT_EQ(std::filesystem::file_size(cached()[0]), 64u + 5 * 784);
+  EXPECT_EQ(size_of(cached()[0]), 64 + 5 * 784);
 }
 
 TEST_F(BrokenFiles, NoCopyWhenTheCacheIsOffOrCannotBeWritten) {
   write_set(images(5, 5), labels(5, 5));
   ::setenv("DPX_DATA_CACHE", "off", 1);
   EXPECT_EQ(dpx::FashionMNIST(dir_).pixels().sum().item<int64_t>(), 5 * 784 * 7);
-  EXPECT_FALSE(std::filesystem::exists(cache()));
+  EXPECT_FALSE(dpx::path_exists(cache()));
   ::setenv("DPX_DATA_CACHE", "/proc/dpx-no-such-folder", 1);
   EXPECT_EQ(dpx::FashionMNIST(dir_).pixels().sum().item<int64_t>(), 5 * 784 * 7);
 }
