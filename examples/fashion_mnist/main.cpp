@@ -230,6 +230,13 @@ std::pair<double, double> evaluate(Model& model, Net& net, const dpx::FashionMNI
           sums[1].item<double>() / sums[2].item<double>()};
 }
 
+// `cpu` all-reduced over `pg`, on the group's device (a CUDA group reduces device tensors).
+torch::Tensor reduced(dpx::ProcessGroup& pg, const torch::Tensor& cpu, dpx::ReduceOp op) {
+  auto on_device = cpu.to(pg.options().device);
+  pg.allreduce(on_device, {.op = op})->wait();
+  return on_device.cpu();
+}
+
 // When this rank reached each point of its set-up, in seconds since the epoch (one clock for all
 // processes of a machine): the process's start (the kernel's record), main(), the process group
 // made, the data read, the first collective done (the model's broadcast). Rank 0 reports each
@@ -265,9 +272,7 @@ nlohmann::ordered_json setup_record(SetupTimes t, dpx::ProcessGroup& pg) {
   constexpr int n = SetupTimes::kPoints;
   auto both = torch::empty({2 * n}, torch::kFloat64);  // max of t and of -t: the last and first
   for (int i = 0; i < n; ++i) both[i] = t.at[i], both[i + n] = -t.at[i];
-  auto on_device = both.to(pg.options().device);
-  pg.allreduce(on_device, {.op = dpx::ReduceOp::kMax})->wait();
-  both = on_device.cpu();
+  both = reduced(pg, both, dpx::ReduceOp::kMax);
   nlohmann::ordered_json record = {{"type", "setup"}, {"ranks", pg.size()}};
   const char* names[n] = {"started", "main", "group", "data", "first_collective"};
   for (int i = 0; i < n; ++i) {
@@ -292,9 +297,7 @@ std::string checked_replica_digest(Net& net, dpx::ProcessGroup& pg) {
   // path DDP uses (the hierarchical backend makes its flat group only for all-gathers).
   auto all = torch::zeros({pg.size()}, torch::kInt64);
   all[pg.rank()] = static_cast<int64_t>(hash);
-  auto on_device = all.to(pg.options().device);
-  pg.allreduce(on_device)->wait();
-  all = on_device.cpu();
+  all = reduced(pg, all, dpx::ReduceOp::kSum);
   std::string differ;
   for (int r = 1; r < pg.size(); ++r)
     if (all[r].item<int64_t>() != all[0].item<int64_t>()) differ += " " + std::to_string(r);

@@ -14,8 +14,8 @@ namespace dpx::detail {
 // Each rank of a job used to decode the whole data set into memory of its own: Fashion-MNIST's
 // 70,000 images are 55 MB as bytes, 220 MB as float, so 64 ranks on one machine held 14 GB of
 // the same numbers. Now the first process to open a source decodes it and writes the bytes to
-// a file in the cache folder (a temporary name, then rename: a process that dies halfway
-// leaves no file that looks whole); every process, the first included, maps that file, so the
+// a file in the cache folder (under a temporary name, linked to its own once whole and on disk:
+// a process that dies halfway leaves no file that looks whole); every process, the first included, maps that file, so the
 // kernel keeps one copy for the host and counts each process a share of it (its PSS). No
 // coordination between ranks is needed: when several decode at once (a cold start), the first
 // to link its whole file under the name wins and the others map that one and delete theirs; a

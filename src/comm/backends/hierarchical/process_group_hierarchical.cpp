@@ -107,10 +107,6 @@ class HierarchicalGroup : public ProcessGroup {
   void break_group(std::exception_ptr error);
   // The flat group, made at its first use (Note [The flat group on first use]); issuer thread.
   ProcessGroup& flat();
-  // The leaders' call that matches no step 2, the host's that matches no step 1 or 3
-  // (Note [Hierarchical errors]).
-  std::shared_ptr<Work> signal_between();
-  std::shared_ptr<Work> signal_inside();
 
   HostLayout layout_;
   Backend between_kind_;  // gloo or mpi
@@ -122,6 +118,14 @@ class HierarchicalGroup : public ProcessGroup {
   std::exception_ptr broken_;              // issuer thread only
   std::unique_ptr<Issuer> issuer_;
 };
+
+// The call that matches no step of a hierarchical collective in `group` (leaders' or host's):
+// an all-gather, which no step is (Note [Hierarchical errors]).
+std::shared_ptr<Work> signal(ProcessGroup& group) {
+  auto mine = at::zeros({1}, at::kLong);
+  auto all = at::zeros({group.size()}, at::kLong);
+  return group.allgather(all, mine);
+}
 
 BackendArgs sub_group(const BackendArgs& args, const std::string& prefix, int rank, int size) {
   BackendArgs sub = args;
@@ -225,17 +229,6 @@ std::shared_ptr<Work> HierarchicalGroup::do_barrier() {
   return issue(std::move(s));
 }
 
-std::shared_ptr<Work> HierarchicalGroup::signal_between() {
-  auto mine = at::zeros({1}, at::kLong);
-  auto all = at::zeros({between_->size()}, at::kLong);
-  return between_->allgather(all, mine);
-}
-
-std::shared_ptr<Work> HierarchicalGroup::signal_inside() {
-  auto mine = at::zeros({1}, at::kLong);
-  auto all = at::zeros({inside_->size()}, at::kLong);
-  return inside_->allgather(all, mine);
-}
 
 void HierarchicalGroup::run(const Steps& s) {
   if (broken_) std::rethrow_exception(broken_);
@@ -262,7 +255,7 @@ void HierarchicalGroup::run_steps(const Steps& s) {
     try {
       // A host that disagreed tells the other leaders by a call that cannot match theirs: an
       // all-gather (step 2 runs all-reduce, broadcast and barrier only).
-      (host_disagreed ? signal_between() : s.between())->wait();
+      (host_disagreed ? signal(*between_) : s.between())->wait();
     } catch (const MismatchError&) {
       if (!host_disagreed) hosts_disagreed = std::current_exception();
     }
@@ -274,7 +267,7 @@ void HierarchicalGroup::run_steps(const Steps& s) {
   if (hosts_disagreed) {
     if (spread) {
       try {
-        signal_inside()->wait();  // cannot match the host's broadcast: they raise too
+        signal(*inside_)->wait();  // cannot match the host's broadcast: they raise too
       } catch (const MismatchError&) {
       }
     }
