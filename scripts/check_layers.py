@@ -69,6 +69,9 @@ UNITS = [
     ("checkpoint/fsdp_checkpoint", 15, ["src/checkpoint/fsdp_checkpoint/*"]),
     ("checkpoint/dcp", 15, ["src/checkpoint/dcp/*"]),
     ("launch", 13, ["src/launch/*", "include/dpx/launch/*"]),
+    # Fault-tolerant training: replica groups over shm and gloo groups, steps decided by a
+    # coordinator through the launcher's store.
+    ("ft", 13, ["src/ft/*", "include/dpx/ft/*"]),
     ("dpx.h", 16, ["include/dpx/dpx.h"]),
     ("dpxrun", 16, ["tools/dpxrun/*"]),
     ("bench", 16, ["bench/**"]),

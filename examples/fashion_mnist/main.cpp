@@ -21,26 +21,15 @@
 #include "dpx/data/fashion_mnist.h"  // the data set, not part of dpx.h
 #include "dpx/dpx.h"
 #include "examples/common/run_main.h"  // parsing and one-line errors, shared with dist_mnist
+#include "examples/fashion_mnist/example.h"  // the flags, the network, the progress bar
 
 namespace {
 
-struct Flags {
-  int64_t epochs = 3;
-  int64_t batch_size = 64;  // per rank
-  double lr = 2e-3;  // Adam, for the global batch of 2 x 64
-  std::string backend = "auto";
-  std::string checkpoint_dir = "fashion_mnist_checkpoints";
-  int64_t checkpoint_every = 200;  // steps; and at each epoch's end
-  std::string metrics_file = "fashion_mnist_metrics.jsonl";
-  std::string data_dir = dpx::FashionMNIST::kDefaultRoot;
-  int64_t max_steps = -1;    // stop once this many steps were taken in total (smoke tests)
-  int64_t train_limit = -1;  // use only the first N training and N/6 test images (smoke tests)
-  std::string device = "cpu";  // or "cuda": GPU LOCAL_RANK (one per worker)
-  int64_t report_every = 100;  // steps between DDP step reports in the metrics file
-  std::string sharding = "none";  // none: a DDP replica per rank; full: fully_shard (FSDP)
-  std::string checkpoint_format = "dpx";  // dpx: dpx's own files; dcp: PyTorch DCP folders
-  bool checkpoint_async = false;          // dcp: written by a thread while training goes on
-};
+using example::Flags;
+using example::Net;
+using example::NetImpl;
+using example::progress_bar;
+
 
 // Checks with messages that say what was expected (CLI11's own number checks print the range up
 // to 1.8e308, and let nan through).
@@ -91,6 +80,8 @@ void add_flags(CLI::App& app, Flags& f) {
   app.add_flag("--checkpoint-async", f.checkpoint_async, "with --checkpoint-format dcp: each save "
                "copies the state to host memory and a thread writes it while training goes on")
       ->needs(app.get_option("--checkpoint-format"));
+  app.add_flag("--fault-tolerant", f.fault_tolerant, "under dpxrun --fault-tolerant: each node a "
+               "replica group that the others train on without (docs/fault_tolerance.md)");
   app.add_option("--report-every", f.report_every, "steps between DDP step reports (metrics)")
       ->check(integer_at_least(1));
 }
@@ -100,40 +91,13 @@ void append_metrics(std::ofstream& out, const nlohmann::ordered_json& record) {
   out << record.dump() << std::endl;
 }
 
-// conv 32 -> pool -> conv 64 -> pool -> fc 128 -> fc 10. Each layer is held as an FSDPModule: a
-// plain module under DDP, a unit that --sharding full can shard.
-struct NetImpl : torch::nn::Module {
-  NetImpl()
-      : conv1(register_module("conv1", torch::nn::Conv2d(torch::nn::Conv2dOptions(1, 32, 3).padding(1)))),
-        conv2(register_module("conv2", torch::nn::Conv2d(torch::nn::Conv2dOptions(32, 64, 3).padding(1)))),
-        fc1(register_module("fc1", torch::nn::Linear(64 * 7 * 7, 128))),
-        fc2(register_module("fc2", torch::nn::Linear(128, 10))) {}
-  torch::Tensor forward(torch::Tensor x) {
-    x = torch::max_pool2d(torch::relu(conv1(x)), 2);
-    x = torch::max_pool2d(torch::relu(conv2(x)), 2);
-    return fc2(torch::relu(fc1(x.flatten(1))));
-  }
-  dpx::FSDPModule<torch::nn::Conv2dImpl> conv1, conv2;
-  dpx::FSDPModule<torch::nn::LinearImpl> fc1, fc2;
-};
-TORCH_MODULE(Net);
 
 // Normalized with Fashion-MNIST's mean and std, stacked into batches.
 auto prepared(dpx::FashionMNIST data) {
-  return std::move(data).map(torch::data::transforms::Normalize<>(0.2860, 0.3530))
+  return std::move(data).map(torch::data::transforms::Normalize<>(example::kMean, example::kStd))
       .map(torch::data::transforms::Stack<>());
 }
 
-void progress_bar(int64_t epoch, int64_t epochs, int64_t done, int64_t total, double rate,
-                  double loss) {
-  constexpr int kWidth = 30;
-  const int filled = total > 0 ? static_cast<int>(kWidth * done / total) : kWidth;
-  std::fprintf(stderr, "\repoch %lld/%lld [%s%s] %lld/%lld  %.0f samples/s  loss %.4f",
-               static_cast<long long>(epoch + 1), static_cast<long long>(epochs),
-               std::string(filled, '#').c_str(), std::string(kWidth - filled, '.').c_str(),
-               static_cast<long long>(done), static_cast<long long>(total), rate, loss);
-  if (!isatty(2) || done == total) std::fprintf(stderr, "\n");
-}
 
 // The data sets, and this rank's sampler over the training set. --train-limit shrinks both
 // without a copy: the sampler draws from the first train_size images only, evaluation reads the
@@ -217,7 +181,7 @@ std::pair<double, double> evaluate(Model& model, Net& net, const dpx::FashionMNI
   // loss, correct, count; on the group's device, which all-reduces them
   auto sums = torch::zeros({3}, torch::TensorOptions(torch::kFloat64).device(device));
   for (const auto& chunk : index.split(1000)) {
-    auto x = ((test.images(chunk) - 0.2860) / 0.3530).to(device);
+    auto x = ((test.images(chunk) - example::kMean) / example::kStd).to(device);
     auto y = test.targets().index_select(0, chunk).to(device);
     auto out = model.forward(x);
     sums[0] += torch::nn::functional::cross_entropy(out, y, torch::nn::functional::CrossEntropyFuncOptions().reduction(torch::kSum)).item<double>();
@@ -465,5 +429,7 @@ int main(int argc, char** argv) {
                "fashion_mnist");
   Flags flags;
   add_flags(app, flags);
-  return examples::run_main(app, argc, argv, [&] { return run(flags); });
+  return examples::run_main(app, argc, argv, [&] {
+    return flags.fault_tolerant ? example::run_fault_tolerant(flags) : run(flags);
+  });
 }

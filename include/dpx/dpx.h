@@ -55,6 +55,8 @@
 #include "dpx/checkpoint/fsdp_checkpoint.h"
 #include "dpx/checkpoint/python_format.h"
 #include "dpx/checkpoint/training_checkpointer.h"
+#include "dpx/ft/coordinator.h"
+#include "dpx/ft/manager.h"
 #include "dpx/launch/error_handler.h"
 #include "dpx/launch/heartbeat.h"
 #include "dpx/launch/spawn.h"

@@ -2,7 +2,7 @@
 
 #include <c10/util/Exception.h>
 
-#include "store/job_token.h"
+#include "store/agent_store.h"
 #include "dpx/store/store.h"
 #include "runtime/env_read.h"
 
@@ -16,23 +16,7 @@ Heartbeat::Heartbeat(HeartbeatOptions options) {
   if (!agent_store || !heartbeat_key || !heartbeat_timeout) {
     return;
   }
-  // "dpx://host:port" is a dpx store (dpxrun's c10d rendezvous), which wants the job token;
-  // "host:port" a c10d TCPStore (dpxrun's static rendezvous store).
-  std::string addr = *agent_store;
-  const std::string dpx_scheme = "dpx://";
-  const bool dpx_store = addr.rfind(dpx_scheme, 0) == 0;
-  if (dpx_store) addr = addr.substr(dpx_scheme.size());
-  const auto colon = addr.rfind(':');
-  TORCH_CHECK(colon != std::string::npos && colon > 0,
-              "DPX_AGENT_STORE must be host:port or dpx://host:port, got '", *agent_store,
-              "'");
-  TcpStoreOptions o;
-  o.host = addr.substr(0, colon);
-  o.port = static_cast<std::uint16_t>(std::stoi(addr.substr(colon + 1)));
-  o.timeout = options.store_timeout;
-  o.c10d_protocol = !dpx_store;
-  o.token = dpx_store ? detail::job_token_from_env() : "";
-  store_ = Store::tcp(o);
+  store_ = detail::connect_agent_store(*agent_store, "DPX_AGENT_STORE", options.store_timeout);
   key_ = *heartbeat_key;
   auto interval = options.interval.value_or(std::chrono::milliseconds(
       static_cast<long>(*heartbeat_timeout * 1000 / 5)));

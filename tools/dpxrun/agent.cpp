@@ -50,7 +50,8 @@ const char* kWorkerVars[] = {
     "ROLE_RANK", "ROLE_NAME", "ROLE_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT",
     "TORCHELASTIC_RESTART_COUNT", "TORCHELASTIC_MAX_RESTARTS", "TORCHELASTIC_RUN_ID",
     "TORCHELASTIC_USE_AGENT_STORE", "TORCHELASTIC_ERROR_FILE", "DPX_AGENT_STORE",
-    "DPX_HEARTBEAT_KEY", "DPX_HEARTBEAT_TIMEOUT", "DPX_STORE_TOKEN"};
+    "DPX_HEARTBEAT_KEY", "DPX_HEARTBEAT_TIMEOUT", "DPX_STORE_TOKEN", "DPX_FT_STORE",
+    "DPX_FT_PREFIX", "DPX_FT_GROUP", "DPX_FT_INCARNATION"};
 
 std::string signal_name(int sig) {
   const char* n = sigabbrev_np(sig);
@@ -132,8 +133,15 @@ std::vector<std::string> Agent::worker_env(const RoundInfo& r, int local_rank) c
   put("ROLE_RANK", std::to_string(rank));
   put("ROLE_NAME", config_.role);
   put("ROLE_WORLD_SIZE", std::to_string(r.world_size));
-  put("MASTER_ADDR", r.master_addr);
-  put("MASTER_PORT", std::to_string(r.master_port));
+  if (config_.fault_tolerant) {  // no job-wide group: dpx::ft::Manager makes its own
+    put("DPX_FT_STORE", rdzv_->store_address());
+    put("DPX_FT_PREFIX", rdzv_->key("ft/"));
+    put("DPX_FT_GROUP", std::to_string(r.group_rank));
+    put("DPX_FT_INCARNATION", std::to_string(r.restart_count));
+  } else {
+    put("MASTER_ADDR", r.master_addr);
+    put("MASTER_PORT", std::to_string(r.master_port));
+  }
   put("TORCHELASTIC_RESTART_COUNT", std::to_string(r.restart_count));
   put("TORCHELASTIC_MAX_RESTARTS", std::to_string(config_.max_restarts));
   put("TORCHELASTIC_RUN_ID", config_.rdzv_id);
@@ -236,6 +244,7 @@ Agent::Outcome Agent::monitor(const RoundInfo& r) {
     if (!failures_.empty()) return Outcome::kFailed;
     if (all_ok) return Outcome::kSucceeded;
     if (check_heartbeats(r)) return Outcome::kFailed;
+    if (config_.fault_tolerant) continue;  // no rounds: other nodes come and go (agent_ft.cpp)
     switch (rdzv_->poll()) {
       case GroupEvent::kRestart: return Outcome::kRestart;
       case GroupEvent::kMembershipChange: return Outcome::kMembershipChange;
@@ -251,6 +260,7 @@ int Agent::finish_failed(const std::string& why) {
 }
 
 int Agent::run() {
+  if (config_.fault_tolerant) return run_fault_tolerant();
   const int code = run_rounds();
   // The store lives in this process: a failed job's other agents may still be using it for
   // their last words (Note [Lost nodes]); a successful one passed the exit barrier already.

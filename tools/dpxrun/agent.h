@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "dpx/ft/coordinator.h"
 #include "dpxrun/config.h"
 #include "dpxrun/failure.h"
 #include "dpxrun/liveness.h"
@@ -37,6 +38,9 @@ class Agent {
 
  private:
   int run_rounds();
+  // --fault-tolerant: this node is one replica group, restarted alone (agent_ft.cpp).
+  int run_fault_tolerant();
+  int finish_fault_tolerant(int code);
   enum class Outcome { kSucceeded, kFailed, kRestart, kMembershipChange, kJobFailed, kSignal };
 
   void make_log_dir();
@@ -61,6 +65,8 @@ class Agent {
   std::unique_ptr<Rendezvous> rdzv_;
   std::unique_ptr<Liveness> liveness_;  // with several nodes (Note [Lost nodes])
   RoundInfo round_;                      // the last round joined
+  std::unique_ptr<dpx::ft::Coordinator> coordinator_;  // --fault-tolerant, on the store's host
+  std::unique_ptr<dpx::ft::GroupBeat> group_beat_;     // --fault-tolerant
   std::vector<Worker> workers_;
   LogPump pump_;
   std::vector<Failure> failures_;

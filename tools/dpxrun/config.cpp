@@ -250,6 +250,10 @@ const std::vector<Flag>& flags() {
       {"exit_barrier_timeout", true,
        as_seconds(&Config::exit_barrier_timeout, "exit-barrier-timeout"),
        "seconds to wait for the other nodes at the end (default 300)"},
+      {"fault_tolerant", false, as_switch(&Config::fault_tolerant, "--fault-tolerant"),
+       "every node is a replica group: a lost node is dropped and the others train on; a node's "
+       "failed workers restart alone and heal from a peer (dpx::ft::Manager; "
+       "docs/fault_tolerance.md)"},
       {"timeline", true, keep(&Config::timeline),
        "record a timeline; write the ranks' merged Chrome trace to this file (docs/timeline.md)"},
   };
@@ -329,6 +333,13 @@ void finish(Config& c) {
     // A check is run with every node at once: a node or store missing after a minute is a
     // finding, not something to wait the training default (600 s) for.
     c.timeouts.join = std::min(c.timeouts.join, 60.0);
+  }
+  if (c.fault_tolerant) {
+    if (c.is_static()) {
+      fail("--fault-tolerant needs --rdzv-backend c10d (or --standalone): a node that comes back "
+           "joins by itself, without a node rank");
+    }
+    if (c.check) fail("--fault-tolerant and --check do not go together");
   }
   if (c.program.empty()) fail("no program given: dpxrun [flags] PROGRAM [ARGS...]");
 }

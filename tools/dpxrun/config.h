@@ -46,6 +46,7 @@ struct Config {
   double stop_grace = 30;          // --stop-grace: SIGTERM, then SIGKILL after this
   double heartbeat_timeout = 0;    // --heartbeat-timeout: 0 = hung workers are not detected
   double exit_barrier_timeout = 300;
+  bool fault_tolerant = false;  // --fault-tolerant: nodes are replica groups (agent_ft.cpp)
   bool check = false;  // --check: a pre-flight run (check.h) instead of PROGRAM
   std::string timeline;            // --timeline FILE: the merged Chrome trace of the run
   std::string report_dir;          // set by prepare_reports(): where workers leave step reports

@@ -1,0 +1,236 @@
+#include "dpx/ft/manager.h"
+
+#include <cstdio>
+
+#include "dpx/comm/init.h"
+#include "dpx/errors.h"
+#include "ft/protocol.h"
+#include "ft/state.h"
+#include "runtime/env_read.h"
+#include "store/agent_store.h"
+
+namespace dpx::ft {
+
+using detail::Decision;
+using detail::Keys;
+using detail::Member;
+
+Manager::Manager(ManagerOptions options) : options_(std::move(options)) {
+  if (!options_.store) {
+    auto env = [](const char* name) {
+      auto v = dpx::detail::env_string(name);
+      TORCH_CHECK(v, "dpx::ft::Manager: environment variable ", name, " is not set; run the "
+                  "program under dpxrun --fault-tolerant, or fill ManagerOptions yourself");
+      return *v;
+    };
+    options_.store = dpx::detail::connect_agent_store(env("DPX_FT_STORE"), "DPX_FT_STORE",
+                                                      std::chrono::seconds(60));
+    options_.prefix = env("DPX_FT_PREFIX");
+    env("DPX_FT_GROUP");
+    options_.group = static_cast<int>(*dpx::detail::env_int("DPX_FT_GROUP", 0));
+    options_.incarnation = static_cast<int>(dpx::detail::env_int("DPX_FT_INCARNATION", 0).value_or(0));
+    options_.local_rank = static_cast<int>(dpx::detail::env_int("LOCAL_RANK", 0).value_or(0));
+    options_.local_size = static_cast<int>(dpx::detail::env_int("LOCAL_WORLD_SIZE", 1).value_or(1));
+  }
+  TORCH_CHECK(options_.group >= 0 && options_.local_rank >= 0 &&
+                  options_.local_rank < options_.local_size,
+              "dpx::ft::Manager: group ", options_.group, ", local rank ", options_.local_rank,
+              " of ", options_.local_size, " is not a place in a replica group");
+  // Every store call but the decision's wait (wait_decision) fails after cross_timeout: the
+  // cross-group groups' set-up with a member that died meanwhile gives up as its collectives do.
+  options_.store->set_timeout(options_.cross_timeout);
+  const Keys keys(options_.prefix);
+  local_ = new_process_group(
+      "shm", Store::prefix(keys.inside(options_.group, options_.incarnation), options_.store),
+      options_.local_rank, options_.local_size);
+  current_ = std::make_unique<Decision>();
+}
+
+Manager::~Manager() = default;
+
+void Manager::register_state(torch::nn::Module& module, torch::optim::Optimizer& optimizer,
+                             std::vector<at::Tensor> extra) {
+  state_ = std::make_unique<State>(State{&module, &optimizer, std::move(extra)});
+}
+
+int Manager::participants() const { return static_cast<int>(current_->members.size()); }
+int Manager::participant() const { return current_->index_of(options_.group); }
+
+// Local rank 0's lines carry the wall clock, so that a lost host's kill and the survivors'
+// next commit can be compared across hosts (tests/scripts/cluster/fault_tolerant.sh).
+void Manager::say(const std::string& line) const {
+  if (options_.local_rank != 0) return;
+  const double t = std::chrono::duration<double>(
+                       std::chrono::system_clock::now().time_since_epoch()).count();
+  std::fprintf(stderr, "dpx ft: group %d at %.3f: %s\n", options_.group, t, line.c_str());
+}
+
+Decision Manager::wait_decision(std::int64_t attempt) {
+  const Keys keys(options_.prefix);
+  Decision d;
+  const auto deadline = std::chrono::steady_clock::now() + options_.decision_timeout;
+  try {
+    // In slices of the store's timeout: one wait as long as decision_timeout would hold a
+    // connection that a lost store host never closes.
+    for (;;) {
+      try {
+        options_.store->wait({keys.decision(attempt)});
+        break;
+      } catch (const TimeoutError&) {
+        if (std::chrono::steady_clock::now() >= deadline) throw;
+      }
+    }
+    d = detail::decode(options_.store->get(keys.decision(attempt)));
+  } catch (const DistributedError& e) {
+    throw DistributedError("group " + std::to_string(options_.group) + " rank " +
+                           std::to_string(options_.local_rank) +
+                           ": lost the fault-tolerance coordinator (it runs with the store on "
+                           "the rendezvous host, " + options_.store->describe() +
+                           "; that host died or the network is cut): " + e.what());
+  }
+  if (!d.failed.empty()) {
+    throw DistributedError("fault-tolerant training cannot go on: " + d.failed);
+  }
+  return d;
+}
+
+bool Manager::join() {
+  const Keys keys(options_.prefix);
+  if (options_.local_rank == 0) {
+    options_.store->set(keys.join(options_.group), std::to_string(options_.incarnation));
+  }
+  std::int64_t a = options_.store->check({keys.latest()})
+                       ? std::stoll(options_.store->get(keys.latest()))
+                       : 0;
+  const Member me{options_.group, options_.incarnation};
+  for (;; ++a) {
+    Decision d = wait_decision(a);
+    if (d.has(me)) {
+      *current_ = std::move(d);
+      break;
+    }
+    if (d.finished) return false;
+  }
+  attempt_ = current_->attempt;
+  step_ = current_->step;
+  joined_ = pending_ = true;
+  return true;
+}
+
+bool Manager::start_step() {
+  if (!joined_ && !join()) {
+    say("every other group finished training before this one could join");
+    return false;
+  }
+  if (pending_) {
+    pending_ = false;
+    cross_ok_ = true;
+    if (current_->quorum != quorum_) make_cross(*current_);
+    if (!current_->joiners.empty() && cross_ok_) heal(*current_);
+  }
+  return true;
+}
+
+void Manager::make_cross(const Decision& d) {
+  if (cross_) abandoned_.push_back(std::move(cross_));  // its last collective may still run
+  quorum_ = d.quorum;
+  ++stats_.quorums;
+  std::string groups;
+  for (const auto& m : d.members) groups += (groups.empty() ? "" : ",") + std::to_string(m.group);
+  say("step " + std::to_string(d.step) + ": quorum " + std::to_string(d.quorum) + " of " +
+      std::to_string(d.members.size()) + " group(s) [" + groups + "]");
+  if (d.members.size() < 2) return;
+  const Keys keys(options_.prefix);
+  ProcessGroup::Options o;
+  o.timeout = options_.cross_timeout;
+  o.stall_threshold = std::chrono::milliseconds(0);
+  try {
+    cross_ = new_process_group(
+        "gloo", Store::prefix(keys.cross(d.quorum, options_.local_rank), options_.store),
+        d.index_of(options_.group), static_cast<int>(d.members.size()), o);
+  } catch (const DistributedError& e) {
+    say(std::string("cannot make the group across replica groups (the step will not "
+                    "commit): ") + e.what());
+    cross_ok_ = false;
+  }
+}
+
+void Manager::allreduce_gradients(const std::vector<at::Tensor>& parameters) {
+  TORCH_CHECK(joined_ && !pending_, "dpx::ft::Manager: call start_step() before "
+              "allreduce_gradients()");
+  std::vector<at::Tensor> grads;
+  for (const auto& p : parameters) {
+    if (!p.requires_grad()) continue;
+    if (!p.grad().defined()) p.mutable_grad() = torch::zeros_like(p);
+    grads.push_back(p.grad());
+  }
+  if (grads.empty()) return;
+  auto flat = torch::cat([&] {
+    std::vector<at::Tensor> v;
+    for (const auto& g : grads) v.push_back(g.reshape(-1));
+    return v;
+  }());
+  local_->allreduce(flat)->wait();  // a failure here throws: the agent restarts the group
+  if (cross_ && cross_ok_) {
+    const Keys keys(options_.prefix);
+    auto work = cross_->allreduce(flat);
+    // Wait in slices: a lost peer's decision may come first (Note [Fault-tolerant steps], 4).
+    for (;;) {
+      try {
+        work->wait(std::chrono::milliseconds(50));
+        break;
+      } catch (const TimeoutError&) {
+        if (options_.store->check({keys.decision(attempt_ + 1)})) {
+          cross_ok_ = false;
+          break;
+        }
+      } catch (const DistributedError& e) {
+        say(std::string("the reduction across groups failed (the step will not commit): ") +
+            e.what());
+        cross_ok_ = false;
+        break;
+      }
+    }
+  }
+  flat.div_(static_cast<double>(participants() * options_.local_size));
+  int64_t offset = 0;
+  for (auto& g : grads) {
+    const auto n = g.numel();
+    g.copy_(flat.narrow(0, offset, n).view_as(g));
+    offset += n;
+  }
+}
+
+bool Manager::should_commit() {
+  TORCH_CHECK(joined_ && !pending_, "dpx::ft::Manager: call start_step() before "
+              "should_commit()");
+  auto ok = torch::full({1}, cross_ok_ ? 1.0f : 0.0f);
+  local_->allreduce(ok, {.op = ReduceOp::kMin})->wait();
+  const Keys keys(options_.prefix);
+  const std::int64_t a = attempt_ + 1;
+  if (options_.local_rank == 0 && !options_.store->check({keys.decision(a)})) {
+    options_.store->set(keys.vote(a, options_.group), ok.item<float>() == 1.0f ? "1" : "0");
+  }
+  Decision d = wait_decision(a);
+  if (!d.has({options_.group, options_.incarnation})) {
+    throw DistributedError("replica group " + std::to_string(options_.group) +
+                           " was dropped from the quorum at step " + std::to_string(step_) +
+                           " (the coordinator lost its agent's beat); its agent restarts it "
+                           "and it heals from a peer");
+  }
+  const bool commit = d.commit;
+  commit ? ++stats_.commits : ++stats_.aborts;
+  if (commit && quorum_ != committed_quorum_) {
+    committed_quorum_ = quorum_;
+    say("step " + std::to_string(step_) + " committed with " + std::to_string(participants()) +
+        " group(s)");
+  }
+  if (!commit) say("step " + std::to_string(step_) + " did not commit everywhere; running it again");
+  attempt_ = a;
+  step_ = d.step;
+  *current_ = std::move(d);
+  pending_ = true;
+  return commit;
+}
+
+}  // namespace dpx::ft

@@ -1,0 +1,166 @@
+#!/usr/bin/env bash
+# Fault-tolerant training across network-namespace hosts (scripts/netns_hosts.sh), one dpxrun
+# agent per host: KILLS times, a random host other than host 0 (which holds the store and the
+# coordinator) is SIGKILLed with its agent at a random moment, and its agent is started again
+# REVIVE s later, as a replaced node would be.
+#   MODE=ft (default): dpxrun --fault-tolerant and the example's --fault-tolerant. Checks that
+#     the others commit a step within 2 s of each kill, that the revived host heals from a peer,
+#     and that at the end every rank of every host holds the same weights to the bit.
+#   MODE=restart: today's way, for comparison (bench/cluster_chaos.sh): --nnodes HOSTS,
+#     --max-restarts, checkpoints every 10 steps; every kill restarts every host.
+# Prints "fault_tolerant: PASS" and a summary line per kill; writes $work/summary.json.
+#   fault_tolerant.sh <dpxrun> <fashion_mnist> <scratch dir>
+# Environment: HOSTS (4), NPER (2), KILLS (1), REVIVE (2 s), EPOCHS (1), TRAIN_LIMIT (8192),
+# BATCH (16 per rank), GAP (6: seconds from a revival's heal to the next kill, +0-4 at random),
+# SEED (for the random choices; default from the clock), TIMEOUT (600).
+set -uo pipefail
+dpxrun=$1 bin=$2 work=$3
+hosts=${HOSTS:-4} nper=${NPER:-2} kills=${KILLS:-1} revive=${REVIVE:-2} mode=${MODE:-ft}
+source "$(dirname "$0")/../example/dataset.sh" "$work"
+here="$(cd "$(dirname "$0")/../../.." && pwd)"
+if [ "$(id -u)" != 0 ] || ! command -v ip >/dev/null; then
+  echo "fault_tolerant: SKIPPED (network namespaces need root and iproute2)"; exit 0
+fi
+RANDOM=${SEED:-$(date +%s)}
+prefix="dpxf$(($$ % 100000))h" subnet="10.216.$(($$ % 250))" port=29400
+cd "$work" || exit 1
+mkdir -p logs
+agents=()
+cleanup() {
+  for ((try = 0; try < 20; try++)); do
+    left=0
+    for ((i = 0; i < hosts; i++)); do
+      pids=$(ip netns pids "$prefix$i" 2>/dev/null)
+      [ -n "$pids" ] && left=1 && echo "$pids" | xargs -r kill -9 2>/dev/null
+    done
+    [ $left = 0 ] && break
+    sleep 0.1
+  done
+  bash "$here/scripts/netns_hosts.sh" down "$prefix" "$hosts"
+}
+trap cleanup EXIT
+trap 'exit 143' TERM INT
+bash "$here/scripts/netns_hosts.sh" up "$prefix" "$hosts" "$subnet" ||
+  { echo "fault_tolerant: SKIPPED (could not make the namespaces)"; exit 0; }
+fail() {
+  echo "fault_tolerant: FAILED: $*"
+  for f in logs/host*.log; do echo "--- $f"; grep -v "^\[default.\]:epoch" "$f" | tail -n 15; done
+  exit 1
+}
+
+args=(--epochs "${EPOCHS:-1}" --train-limit "${TRAIN_LIMIT:-8192}" --batch-size "${BATCH:-16}")
+if [ "$mode" = ft ]; then
+  launch=(--nnodes "$((hosts - 1)):$hosts" --fault-tolerant --max-restarts 3)
+  args+=(--fault-tolerant)
+else
+  launch=(--nnodes "$hosts" --max-restarts "$((kills + 2))")
+  args+=(--backend hierarchical --checkpoint-every 10 --checkpoint-dir "$work/ckpt")
+fi
+# start HOST LIFE: an agent on HOST; its log is logs/host<HOST>.<LIFE>.log
+start() {
+  ip netns exec "$prefix$1" env GLOO_SOCKET_IFNAME=eth0 OMP_NUM_THREADS=1 \
+    timeout -k 10 "${TIMEOUT:-600}" "$dpxrun" "${launch[@]}" --nproc-per-node "$nper" \
+    --rdzv-backend c10d --rdzv-endpoint "$subnet.1:$port" --rdzv-id ft$$ \
+    --rdzv-conf last_call_timeout=5 "$bin" "${args[@]}" > "logs/host$1.$2.log" 2>&1 &
+  agents[$1]=$!
+}
+now() { date +%s.%N; }
+started=$(now)
+for ((i = 0; i < hosts; i++)); do start $i 0; done
+lives=()
+for ((i = 0; i < hosts; i++)); do lives[$i]=0; done
+
+# The step the job is at: the largest step any "dpx ft"/train line names (ft), or the
+# metrics' last train record (restart).
+committed_lines() { cat logs/host0.*.log 2>/dev/null | grep -c "committed with" ; }
+: > logs/kills
+for ((k = 1; k <= kills; k++)); do
+  # Wait until training runs (the first step committed everywhere), then GAP + 0-4 s.
+  while ! grep -q "quorum\|resumed\|epoch 1/" logs/host0.*.log 2>/dev/null; do
+    kill -0 "${agents[0]}" 2>/dev/null || fail "host 0's agent ended before kill $k"
+    sleep 0.2
+  done
+  sleep "$((${GAP:-6} + RANDOM % 5)).$((RANDOM % 10))"
+  kill -0 "${agents[0]}" 2>/dev/null || { echo "fault_tolerant: the job ended before kill $k"; break; }
+  victim=$((1 + RANDOM % (hosts - 1)))
+  t=$(now)
+  ip netns pids "$prefix$victim" | xargs -r kill -9
+  wait "${agents[$victim]}" 2>/dev/null
+  echo "$k $victim $t" >> logs/kills
+  sleep "$revive"
+  lives[$victim]=$((lives[$victim] + 1))
+  start "$victim" "${lives[$victim]}"
+  # The revived host's workers heal before the next kill (or 60 s pass).
+  if [ "$mode" = ft ]; then
+    for ((w = 0; w < 600; w++)); do
+      grep -q "healed from group" "logs/host$victim.${lives[$victim]}.log" 2>/dev/null && break
+      sleep 0.1
+    done
+  else
+    sleep 5
+  fi
+done
+status=0
+for ((i = 0; i < hosts; i++)); do
+  wait "${agents[$i]}"; s=$?
+  echo "host $i $s" >> logs/status
+  [ $s = 0 ] || status=1
+done
+ended=$(now)
+[ $status = 0 ] || fail "an agent failed: $(tr '\n' ' ' < logs/status)"
+
+python3 - "$mode" "$started" "$ended" "$((hosts * nper))" <<'PY' || fail "see above"
+import glob, json, re, sys
+mode, started, ended, ranks = sys.argv[1], float(sys.argv[2]), float(sys.argv[3]), int(sys.argv[4])
+kills = [l.split() for l in open("logs/kills")]
+logs = {f: open(f, errors="replace").read() for f in sorted(glob.glob("logs/host*.log"))}
+out = {"mode": mode, "total_s": ended - started, "kills": []}
+problems = []
+if mode == "ft":
+    # Every rank alive at the end printed its digest: all equal, one per rank.
+    digests = re.findall(r"ft: group (\d+) rank (\d+): step (\d+), (\d+) commits, (\d+) not committed, (\d+) heal\(s\) received, digest (0x[0-9a-f]+)", "\n".join(logs.values()))
+    if len(digests) != ranks:
+        problems.append("%d ranks reported at the end, not %d" % (len(digests), ranks))
+    if len({d[6] for d in digests}) != 1:
+        problems.append("the replicas differ: %s" % sorted({(d[0], d[1], d[6]) for d in digests}))
+    steps = {d[2] for d in digests}
+    if len(steps) != 1:
+        problems.append("ranks ended at different steps: %s" % steps)
+    out["steps"] = int(digests[0][2]) if digests else 0
+    out["not_committed"] = max(int(d[4]) for d in digests) if digests else 0
+    events = []  # (time, group, text) of every "dpx ft" line
+    for f, text in logs.items():
+        for m in re.finditer(r"dpx ft: group (\d+) at ([0-9.]+): (.*)", text):
+            events.append((float(m.group(2)), int(m.group(1)), m.group(3), f))
+    events.sort()
+    for k, victim, t in kills:
+        t = float(t)
+        after = [e for e in events if e[0] > t]
+        commit = next((e for e in after if "committed with" in e[2] and
+                       not e[3].startswith("logs/host%s." % victim)), None)
+        healed = next((e for e in after if "healed from group" in e[2]), None)
+        r = {"kill": int(k), "host": int(victim),
+             "others_commit_s": commit[0] - t if commit else None,
+             "healed_s": healed[0] - t if healed else None}
+        out["kills"].append(r)
+        print("fault_tolerant: kill %s (host %s): the others committed a step %.2f s after, "
+              "the revived host healed %.2f s after" % (k, victim, r["others_commit_s"] or -1,
+                                                          r["healed_s"] or -1))
+        if commit is None or commit[0] - t > 2.0:
+            problems.append("kill %s: the others did not commit within 2 s (%s)" %
+                            (k, None if commit is None else "%.2f s" % (commit[0] - t)))
+        if healed is None:
+            problems.append("kill %s: host %s never healed" % (k, victim))
+else:
+    resumed = sum(t.count("resumed from checkpoint") for t in logs.values())
+    out["resumes"] = resumed
+metrics = [json.loads(l) for l in open("fashion_mnist_metrics.jsonl")] if glob.glob("fashion_mnist_metrics.jsonl") else []
+evals = [m for m in metrics if m.get("type") == "eval"]
+out["test_accuracy"] = evals[-1]["test_accuracy"] if evals else None
+print("fault_tolerant: %s: %d kill(s), %.1f s in all, test accuracy %s" % (
+    mode, len(kills), out["total_s"], out["test_accuracy"]))
+json.dump(out, open("summary.json", "w"), indent=1)
+for p in problems: print("fault_tolerant: " + p)
+sys.exit(1 if problems else 0)
+PY
+echo "fault_tolerant: PASS"
