@@ -155,8 +155,9 @@ class Coordinator::Loop {
         last_check = Clock::now();
         size_t done = 0;
         for (const auto& m : cur.members) {
+          // done is read again after lost(): an agent sets done, then left as it ends.
           if (flag(keys_.done(m.group))) ++done;
-          else if (lost(m)) gone.push_back(m);
+          else if (lost(m)) flag(keys_.done(m.group)) ? ++done : (gone.push_back(m), 0);
         }
         if (done == cur.members.size()) {
           Decision d = cur;
@@ -207,8 +208,9 @@ class Coordinator::Loop {
   // Fewer members than min_groups: the decision waits for joiners, or fails the job.
   Decision wait_for_enough(Decision d) {
     const auto start = Clock::now();
-    std::fprintf(stderr, "dpx ft: %zu replica group(s) alive, waiting for %d (--nnodes MIN)\n",
-                 d.members.size(), options_.min_groups);
+    std::fprintf(stderr, "dpx ft: coordinator: %zu replica group(s) alive at step %lld, waiting "
+                 "for %d (--nnodes MIN)\n", d.members.size(), static_cast<long long>(d.step),
+                 options_.min_groups);
     while (!stop_ && static_cast<int>(d.members.size()) < options_.min_groups) {
       if (Clock::now() - start >= options_.too_few_timeout)
         return failed(d.attempt, too_few(static_cast<int>(d.members.size()), "to go on"));

@@ -62,7 +62,12 @@ int Agent::run_fault_tolerant() {
     try {
       group_beat_->failed(incarnation + 1);
     } catch (const dpx::DistributedError& e) {
-      say(std::string("cannot reach the coordinator to report the failure: ") + e.what());
+      stop(SIGTERM);
+      std::fprintf(stderr, "%s", failure_summary(config_.program[0], failures_).c_str());
+      return finish_fault_tolerant(finish_failed(
+          std::string("the workers failed and the rendezvous store, where the coordinator runs, "
+                      "cannot be reached (the job ended, or its host died): not restarting. ") +
+          e.what()));
     }
     stop(SIGTERM);
     const Failure& root = failures_.front();

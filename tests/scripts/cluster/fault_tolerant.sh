@@ -10,8 +10,8 @@
 #     --max-restarts, checkpoints every 10 steps; every kill restarts every host.
 # Prints "fault_tolerant: PASS" and a summary line per kill; writes $work/summary.json.
 #   fault_tolerant.sh <dpxrun> <fashion_mnist> <scratch dir>
-# Environment: HOSTS (4), NPER (2), KILLS (1), REVIVE (2 s), EPOCHS (1), TRAIN_LIMIT (8192),
-# BATCH (16 per rank), GAP (6: seconds from a revival's heal to the next kill, +0-4 at random),
+# Environment: HOSTS (4), NPER (2), KILLS (1), REVIVE (2 s), EPOCHS (1), TRAIN_LIMIT (16384),
+# BATCH (16 per rank), GAP (3: seconds from a revival's heal to the next kill, +0-2 at random),
 # SEED (for the random choices; default from the clock), TIMEOUT (600).
 set -uo pipefail
 dpxrun=$1 bin=$2 work=$3
@@ -48,7 +48,7 @@ fail() {
   exit 1
 }
 
-args=(--epochs "${EPOCHS:-1}" --train-limit "${TRAIN_LIMIT:-8192}" --batch-size "${BATCH:-16}")
+args=(--epochs "${EPOCHS:-1}" --train-limit "${TRAIN_LIMIT:-16384}" --batch-size "${BATCH:-16}")
 if [ "$mode" = ft ]; then
   launch=(--nnodes "$((hosts - 1)):$hosts" --fault-tolerant --max-restarts 3)
   args+=(--fault-tolerant)
@@ -80,7 +80,7 @@ for ((k = 1; k <= kills; k++)); do
     kill -0 "${agents[0]}" 2>/dev/null || fail "host 0's agent ended before kill $k"
     sleep 0.2
   done
-  sleep "$((${GAP:-6} + RANDOM % 5)).$((RANDOM % 10))"
+  sleep "$((${GAP:-3} + RANDOM % 3)).$((RANDOM % 10))"
   kill -0 "${agents[0]}" 2>/dev/null || { echo "fault_tolerant: the job ended before kill $k"; break; }
   victim=$((1 + RANDOM % (hosts - 1)))
   t=$(now)
