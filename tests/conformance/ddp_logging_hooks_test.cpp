@@ -105,13 +105,13 @@ void hook_parity(Rank& r, const std::function<void(DdpBase&)>& register_hook, in
 TEST_P(DistributedTest, test_ddp_hook_parity_allreduce) {
   run(2, [](Rank& r) {
     hook_parity(r, [](DdpBase& d) { d.register_comm_hook(std::any(), hooks::allreduce_hook); });
-  });
+  }, any_world());
 }
 
 TEST_P(DistributedTest, test_ddp_hook_parity_allreduce_process_group) {
   run(2, [](Rank& r) {
     hook_parity(r, [&](DdpBase& d) { d.register_comm_hook(r.pg, hooks::allreduce_hook); });
-  });
+  }, any_world());
 }
 
 TEST_P(DistributedTest, test_ddp_hook_parity_powerSGD) {
@@ -125,7 +125,7 @@ TEST_P(DistributedTest, test_ddp_hook_parity_powerSGD) {
         d.register_comm_hook(std::make_shared<hooks::PowerSGDState>(o), hooks::powersgd_hook);
       });
     }
-  });
+  }, any_world());
 }
 
 // Local SGD from iteration 10 over the global group, without gradient all-reduce after it: the
@@ -141,7 +141,7 @@ TEST_P(DistributedTest, test_ddp_hook_parity_post_localSGD) {
           d.register_comm_hook(state, hooks::post_local_sgd_hook);
         },
         /*validated=*/10);
-  });
+  }, any_world());
 }
 
 }  // namespace
