@@ -69,7 +69,8 @@ inline std::vector<ZeroCase> zero_optimizers() {
 // Five steps, the first group's LR halved after the second.
 inline void zero_steps(torch::optim::Optimizer& opt, const std::vector<torch::Tensor>& params) {
   for (int s = 0; s < 5; ++s) {
-    if (s == 2) opt.param_groups()[0].options().set_lr(opt.param_groups()[0].options().get_lr() / 2);
+    auto& first = opt.param_groups()[0].options();
+    if (s == 2) first.set_lr(first.get_lr() / 2);
     set_grads(params, s);
     opt.step();
   }
