@@ -1,11 +1,14 @@
 // fully_shard, ZeroRedundancyOptimizer and SyncBatchNorm on the mpi backend, one process per
 // rank under mpirun: the same parity checks as threads as ranks run on shm and gloo
-// (support/fsdp_parity.h, zero_parity.h, sync_batch_norm_parity.h), at whatever world size
-// mpirun started.
+// (support/fsdp_parity.h, fsdp_feature_checks.h, zero_parity.h, sync_batch_norm_parity.h), at
+// whatever world size mpirun started.
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include <limits>
+
 #include "mpi/mpi_group.h"
+#include "support/fsdp_feature_checks.h"
 #include "support/fsdp_parity.h"
 #include "support/sync_batch_norm_parity.h"
 #include "support/zero_parity.h"
@@ -27,6 +30,18 @@ TEST(MpiFsdp, TrainsAsOneProcessOnTheWholeBatch) {
     FullyShardOptions keep;
     keep.reshard_after_forward = false;
     EXPECT_LT(test::train_sharded_and_compare(pg, tied, data, make, want, keep), issued);
+  }
+}
+
+// Micro-batches under no_sync() or set_requires_gradient_sync(false) reduce-scatter nothing and
+// accumulate as one process does; clip_grad_norm_ over the shards clips by the global norm.
+TEST(MpiFsdp, AccumulationWithoutSyncAndClipGradNorm) {
+  auto pg = mpi_group();
+  const auto accumulated = test::accumulation_reference(pg->size());
+  for (bool guard : {true, false}) test::expect_accumulation_without_sync(pg, guard, accumulated);
+  for (double norm_type : {2.0, std::numeric_limits<double>::infinity()}) {
+    SCOPED_TRACE("norm_type " + std::to_string(norm_type));
+    test::expect_clip_grad_norm(pg, norm_type, test::clip_reference(pg->size(), norm_type));
   }
 }
 
