@@ -28,25 +28,34 @@ struct Rank {
 };
 
 // The backends a case runs on, as the suite's parameter: gloo, shm, hierarchical, and nccl
-// (skipped without a GPU).
+// (skipped without a GPU); under an MPI launcher, mpi alone (Note [Conformance under mpirun]).
 std::vector<std::string> backends();
 
 struct RunOptions {
   std::chrono::milliseconds timeout = std::chrono::seconds(60);  // of every collective
   std::optional<std::chrono::milliseconds> stall_threshold;      // unset: the group's default
   bool expect_all_ok = true;  // false: the caller judges the results (a rank killed on purpose)
+  bool any_world = false;     // the case holds at any world size: under mpirun, mpirun's
 };
 
 // A test of the suite on one backend. run() forks `world` ranks on a fresh store and runs
-// body(rank) in each; it returns their results (none when the backend was skipped).
+// body(rank) in each; it returns their results (none when the backend was skipped). On mpi it
+// runs body once, as this process's MPI rank, and returns no results.
 class OnBackend : public ::testing::TestWithParam<std::string> {
  protected:
   std::vector<test::ProcResult> run(int world, const std::function<void(Rank&)>& body,
                                     RunOptions options = {});
   // Why this backend cannot host `world` ranks here ("" when it can); run() skips then.
-  std::string why_not(int world) const;
+  std::string why_not(int world, const RunOptions& options = {}) const;
   const std::string& backend() const { return GetParam(); }
 };
+
+// Options of a case that holds at any world size (RunOptions::any_world).
+inline RunOptions any_world() {
+  RunOptions o;
+  o.any_world = true;
+  return o;
+}
 
 // Every rank's copy of `t` (same shape on every rank), gathered on the CPU.
 std::vector<at::Tensor> gather(Rank& r, const at::Tensor& t);

@@ -82,7 +82,11 @@ TEST_P(DistributedTest, test_ddp_control_flow_different_across_ranks) {
 // In DETAIL mode the error names the parameter too (PyTorch's with_dist_debug_levels variant).
 TEST_P(DistributedTest, test_ddp_control_flow_same_across_ranks_debug_detail) {
   run(2, [](Rank& r) {
-    ::setenv("TORCH_DISTRIBUTED_DEBUG", "DETAIL", 1);  // in the forked rank only
+    // For this case only: under mpirun the process goes on to the next cases.
+    ::setenv("TORCH_DISTRIBUTED_DEBUG", "DETAIL", 1);
+    struct Unset {
+      ~Unset() { ::unsetenv("TORCH_DISTRIBUTED_DEBUG"); }
+    } unset;
     torch::manual_seed(0);
     ControlFlowToyModel net;
     net->to(r.device);

@@ -2,6 +2,7 @@
 // with different input sizes per rank.
 #include "conformance/conformance.h"
 #include "conformance/models.h"
+#include "support/hook_parity.h"
 
 namespace dpx::conformance {
 namespace {
@@ -96,46 +97,21 @@ TEST_P(DistributedTest, test_ddp_logging_data_cpu_rebuilt_order_and_dtypes) {
   });
 }
 
-// _test_ddp_hook_parity: Linear(1, 5) fed [rank]: the weight's gradient is the mean of the ranks,
-// with and without the hook, for 100 iterations.
+// _test_ddp_hook_parity (support/hook_parity.h).
 void hook_parity(Rank& r, const std::function<void(DdpBase&)>& register_hook, int validated = 100) {
-  torch::manual_seed(0);
-  torch::nn::Linear with(1, 5), without(1, 5);
-  {
-    torch::NoGradGuard no_grad;
-    without->weight.copy_(with->weight);
-    without->bias.copy_(with->bias);
-  }
-  with->to(r.device);
-  without->to(r.device);
-  DistributedDataParallel ddp_hook(with, r.pg), ddp_plain(without, r.pg);
-  register_hook(*ddp_hook);
-  const double expected = (r.world - 1) / 2.0;
-  for (int i = 0; i < 100; ++i) {
-    for (auto* m : {&with, &without}) {
-      auto& g = (*m)->weight.mutable_grad();
-      if (g.defined()) g.zero_();
-    }
-    const auto batch = torch::tensor({static_cast<float>(r.rank)}).to(r.device);
-    ddp_plain(batch).sum().backward();
-    ddp_hook(batch).sum().backward();
-    if (i >= validated) continue;
-    const auto hooked = with->weight.grad()[0][0].item<double>();
-    EXPECT_EQ(hooked, expected) << "iteration " << i;
-    EXPECT_EQ(hooked, without->weight.grad()[0][0].item<double>()) << "iteration " << i;
-  }
+  test::hook_parity(r.pg, r.device, register_hook, validated);
 }
 
 TEST_P(DistributedTest, test_ddp_hook_parity_allreduce) {
   run(2, [](Rank& r) {
     hook_parity(r, [](DdpBase& d) { d.register_comm_hook(std::any(), hooks::allreduce_hook); });
-  });
+  }, any_world());
 }
 
 TEST_P(DistributedTest, test_ddp_hook_parity_allreduce_process_group) {
   run(2, [](Rank& r) {
     hook_parity(r, [&](DdpBase& d) { d.register_comm_hook(r.pg, hooks::allreduce_hook); });
-  });
+  }, any_world());
 }
 
 TEST_P(DistributedTest, test_ddp_hook_parity_powerSGD) {
@@ -149,7 +125,7 @@ TEST_P(DistributedTest, test_ddp_hook_parity_powerSGD) {
         d.register_comm_hook(std::make_shared<hooks::PowerSGDState>(o), hooks::powersgd_hook);
       });
     }
-  });
+  }, any_world());
 }
 
 // Local SGD from iteration 10 over the global group, without gradient all-reduce after it: the
@@ -165,7 +141,7 @@ TEST_P(DistributedTest, test_ddp_hook_parity_post_localSGD) {
           d.register_comm_hook(state, hooks::post_local_sgd_hook);
         },
         /*validated=*/10);
-  });
+  }, any_world());
 }
 
 }  // namespace

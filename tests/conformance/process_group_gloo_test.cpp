@@ -41,19 +41,19 @@ void broadcast_every_root(Rank& r, at::ScalarType dtype) {
 }
 
 TEST_P(ProcessGroupGlooTest, testBroadcastCPU) {
-  run(2, [](Rank& r) { broadcast_every_root(r, at::kFloat); });
+  run(2, [](Rank& r) { broadcast_every_root(r, at::kFloat); }, any_world());
 }
 
 TEST_P(ProcessGroupGlooTest, testBroadcastBfloatCPU) {
-  run(2, [](Rank& r) { broadcast_every_root(r, at::kBFloat16); });
+  run(2, [](Rank& r) { broadcast_every_root(r, at::kBFloat16); }, any_world());
 }
 
 TEST_P(ProcessGroupGlooTest, testBarrier) {
-  run(2, [](Rank& r) { r.pg->barrier()->wait(); });
+  run(2, [](Rank& r) { r.pg->barrier()->wait(); }, any_world());
 }
 
 TEST_P(ProcessGroupGlooTest, testBackendName) {
-  run(2, [this](Rank& r) { EXPECT_EQ(r.pg->backend(), backend()); });
+  run(2, [this](Rank& r) { EXPECT_EQ(r.pg->backend(), backend()); }, any_world());
 }
 
 // The fault cases below are for the host backends: on nccl a stopped or dead peer is c10d's
@@ -131,6 +131,11 @@ TEST_P(ProcessGroupGlooTest, testSIGKILLException) {
 // stall inspector, which watches every collective, names the rank that has not arrived.
 TEST_P(ProcessGroupGlooTest, testMonitoredBarrier) {
   DPX_SKIP_ON_NCCL();
+  if (backend() == "mpi") {
+    GTEST_SKIP() << "SKIPPED on mpi: the check reads rank 0's captured output, which a rank under "
+                    "mpirun does not have (MpiSetup.WithAStoreTheStallInspectorNamesTheLateRank "
+                    "checks the stall report on mpi)";
+  }
   RunOptions o;
   o.timeout = milliseconds(3000);
   o.stall_threshold = milliseconds(300);
@@ -180,7 +185,7 @@ TEST_P(ProcessGroupGlooTest, testSequenceNumInit) {
     expect_same_on_every_rank(
         r, at::tensor({static_cast<std::int64_t>(r.pg->collectives_issued())}, at::kLong),
         "the sequence number");
-  });
+  }, any_world());
 }
 
 }  // namespace

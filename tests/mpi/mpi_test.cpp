@@ -16,6 +16,7 @@
 
 #include "comm/backends/mpi/process_group_mpi.h"
 #include "dpx/dpx.h"
+#include "mpi/mpi_group.h"
 #include "multiproc/ddp_models.h"
 
 namespace dpx::mpi_test {
@@ -23,14 +24,6 @@ namespace {
 
 using std::chrono::milliseconds;
 using Clock = std::chrono::steady_clock;
-
-std::shared_ptr<ProcessGroup> mpi_group(milliseconds timeout = milliseconds(20000)) {
-  InitOptions o;
-  o.backend = "mpi";
-  o.timeout = timeout;
-  o.process = std::nullopt;
-  return init_process_group(o);
-}
 
 double seconds_since(Clock::time_point t0) {
   return std::chrono::duration<double>(Clock::now() - t0).count();

@@ -7,6 +7,7 @@
 #include "dpx/fsdp/fsdp_state_dict.h"
 #include "dpx/fsdp/fully_shard.h"
 #include "support/expect_throws.h"
+#include "support/fsdp_feature_checks.h"
 #include "support/fsdp_models.h"
 #include "support/harness.h"
 
@@ -14,26 +15,13 @@ namespace dpx {
 namespace {
 
 constexpr int kWorld = 3;
-constexpr int64_t kRows = 2;  // a rank's rows of each micro-batch
 
-torch::Tensor xs(int step, int micro) {
-  return torch::sin(torch::arange(kWorld * kRows * 6, torch::kDouble).reshape({kWorld * kRows, 6}) *
-                    (0.3 * step + 0.1 * micro + 1));
-}
-torch::Tensor ys(int step, int micro) {
-  return torch::cos(torch::arange(kWorld * kRows * 4, torch::kDouble).reshape({kWorld * kRows, 4}) *
-                    (0.2 * step + 0.7 * micro + 1));
-}
-torch::Tensor mine(const torch::Tensor& t, int rank) { return t.narrow(0, rank * kRows, kRows); }
+torch::Tensor xs(int step, int micro) { return test::feature_xs(kWorld, step, micro); }
+torch::Tensor ys(int step, int micro) { return test::feature_ys(kWorld, step, micro); }
+torch::Tensor mine(const torch::Tensor& t, int rank) { return test::rows_of(t, rank); }
 
-void expect_same(const std::vector<std::pair<std::string, torch::Tensor>>& got,
-                 const std::vector<std::pair<std::string, torch::Tensor>>& want, double atol) {
-  ASSERT_EQ(got.size(), want.size());
-  for (std::size_t i = 0; i < got.size(); ++i) {
-    EXPECT_TRUE(torch::allclose(got[i].second.to(torch::kDouble), want[i].second.to(torch::kDouble), 0, atol))
-        << got[i].first << " differs by "
-        << (got[i].second.to(torch::kDouble) - want[i].second.to(torch::kDouble)).abs().max().item<double>();
-  }
+void expect_same(const test::NamedTensors& got, const test::NamedTensors& want, double atol) {
+  test::expect_same_state(got, want, atol);
 }
 
 void expect_no_errors(const std::vector<std::string>& errors) {
@@ -41,50 +29,16 @@ void expect_no_errors(const std::vector<std::string>& errors) {
 }
 
 // Three micro-batches a step, the first two under no_sync() (or set_requires_gradient_sync),
-// against one process that accumulates the same micro-batches' gradients over all ranks' rows.
+// against one process that accumulates the same micro-batches' gradients over all ranks' rows
+// (support/fsdp_feature_checks.h).
 TEST(FsdpFeatures, GradientAccumulationWithoutSyncMatchesOneProcess) {
-  constexpr int kSteps = 4, kMicro = 3;
-  auto ref = test::make_shard_net();
-  torch::optim::SGD ref_opt(ref->parameters(), torch::optim::SGDOptions(0.05).momentum(0.9));
-  for (int s = 0; s < kSteps; ++s) {
-    ref_opt.zero_grad();
-    for (int m = 0; m < kMicro; ++m) torch::mse_loss(ref->forward(xs(s, m)), ys(s, m)).backward();
-    ref_opt.step();
-  }
-  const auto want = test::named_state(*ref);
+  const auto want = test::accumulation_reference(kWorld);
   for (bool guard : {true, false}) {
     SCOPED_TRACE(guard ? "no_sync()" : "set_requires_gradient_sync(false)");
     auto store = Store::hash();
     expect_no_errors(test::run_threads(kWorld, [&](int rank) {
-      auto pg = new_process_group("shm", store, rank, kWorld);
-      auto net = test::make_shard_net();
-      auto model = test::shard(net, pg);
-      torch::optim::SGD opt(net->parameters(), torch::optim::SGDOptions(0.05).momentum(0.9));
-      for (int s = 0; s < kSteps; ++s) {
-        opt.zero_grad();
-        std::vector<std::uint64_t> issued;  // collectives of each micro-batch
-        for (int m = 0; m < kMicro; ++m) {
-          const auto before = pg->collectives_issued();
-          auto loss = [&] { return torch::mse_loss(model(mine(xs(s, m), rank)), mine(ys(s, m), rank)); };
-          if (m == kMicro - 1) {
-            loss().backward();
-          } else if (guard) {
-            auto no_sync = model.fsdp().no_sync();
-            loss().backward();
-          } else {
-            model.fsdp().set_requires_gradient_sync(false);
-            loss().backward();
-            model.fsdp().set_requires_gradient_sync(true);
-          }
-          issued.push_back(pg->collectives_issued() - before);
-        }
-        // Summing per micro-batch gives the same values, so count: without sync, backward
-        // reduce-scatters nothing (its all-gathers remain).
-        EXPECT_EQ(issued[0], issued[1]);
-        EXPECT_LT(issued[1], issued[2]) << "the micro-batches without sync reduced gradients";
-        opt.step();
-      }
-      expect_same(full_state_dict(*net, {.rank0_only = false}), want, 1e-12);
+      test::expect_accumulation_without_sync(new_process_group("shm", store, rank, kWorld), guard,
+                                             want);
     }));
   }
 }
@@ -94,33 +48,10 @@ TEST(FsdpFeatures, GradientAccumulationWithoutSyncMatchesOneProcess) {
 TEST(FsdpFeatures, ClipGradNormUsesTheGlobalNorm) {
   for (double norm_type : {2.0, std::numeric_limits<double>::infinity()}) {
     SCOPED_TRACE("norm_type " + std::to_string(norm_type));
-    constexpr int kSteps = 5;
-    constexpr double kMaxNorm = 0.05;  // small enough to clip every step
-    auto ref = test::make_shard_net();
-    torch::optim::SGD ref_opt(ref->parameters(), torch::optim::SGDOptions(0.1));
-    std::vector<double> ref_norms;
-    for (int s = 0; s < kSteps; ++s) {
-      ref_opt.zero_grad();
-      torch::mse_loss(ref->forward(xs(s, 0)), ys(s, 0)).backward();
-      ref_norms.push_back(torch::nn::utils::clip_grad_norm_(ref->parameters(), kMaxNorm, norm_type));
-      ref_opt.step();
-    }
-    const auto want = test::named_state(*ref);
+    const auto want = test::clip_reference(kWorld, norm_type);
     auto store = Store::hash();
     expect_no_errors(test::run_threads(kWorld, [&](int rank) {
-      auto pg = new_process_group("gloo", store, rank, kWorld);
-      auto net = test::make_shard_net();
-      auto model = test::shard(net, pg);
-      torch::optim::SGD opt(net->parameters(), torch::optim::SGDOptions(0.1));
-      for (int s = 0; s < kSteps; ++s) {
-        opt.zero_grad();
-        torch::mse_loss(model(mine(xs(s, 0), rank)), mine(ys(s, 0), rank)).backward();
-        const double norm = clip_grad_norm_(*net, kMaxNorm, norm_type);
-        EXPECT_NEAR(norm, ref_norms[s], 1e-12 * ref_norms[s]) << "step " << s;
-        EXPECT_GT(norm, kMaxNorm);
-        opt.step();
-      }
-      expect_same(full_state_dict(*net, {.rank0_only = false}), want, 1e-12);
+      test::expect_clip_grad_norm(new_process_group("gloo", store, rank, kWorld), norm_type, want);
     }));
   }
 }

@@ -5,111 +5,54 @@
 #include "dpx/algorithms/sync_batch_norm.h"
 #include "support/expect_throws.h"
 #include "support/harness.h"
+#include "support/sync_batch_norm_parity.h"
 
 namespace dpx::sync_batch_norm_test {
 namespace {
 
 constexpr int64_t kChannels = 4;
 
-struct RankResult {
-  torch::Tensor out, grad_input, grad_weight, grad_bias, running_mean, running_var;
-};
-
-// Rank r's rows of a tensor split along dim 0 by `sizes`.
-torch::Tensor rows(const torch::Tensor& t, const std::vector<int64_t>& sizes, int r) {
-  int64_t start = 0;
-  for (int i = 0; i < r; ++i) start += sizes[i];
-  return t.narrow(0, start, sizes[r]);
-}
-
-torch::Tensor cat_rows(const std::vector<torch::Tensor>& parts) { return torch::cat(parts, 0); }
-
-void init_affine(torch::Tensor weight, torch::Tensor bias) {
-  torch::NoGradGuard no_grad;
-  weight.copy_(torch::linspace(0.5, 2.0, kChannels, torch::kDouble));
-  bias.copy_(torch::linspace(-1.0, 1.0, kChannels, torch::kDouble));
-}
-
 struct Case {
   std::string backend;
-  std::vector<int64_t> batch;  // samples per rank
-  std::optional<double> momentum;
+  test::SbnCase sbn;
 };
 
 void PrintTo(const Case& c, std::ostream* os) {
-  *os << c.backend << ", " << c.batch.size() << " ranks";
+  *os << c.backend << ", " << c.sbn.batch.size() << " ranks";
 }
 
 class SyncBatchNormParity : public ::testing::TestWithParam<Case> {};
 
-// Two training steps: outputs, input gradients, summed weight and bias gradients and running
-// statistics equal plain BatchNorm2d's on the concatenated batch, whatever each rank holds.
+// Outputs, input gradients, summed weight and bias gradients and running statistics equal plain
+// BatchNorm2d's on the concatenated batch, whatever each rank holds
+// (support/sync_batch_norm_parity.h).
 TEST_P(SyncBatchNormParity, MatchesBatchNormOnTheWholeBatch) {
   const auto& c = GetParam();
-  const int world = static_cast<int>(c.batch.size());
-  int64_t total = 0;
-  for (auto b : c.batch) total += b;
-  torch::manual_seed(3);
-  const auto x = torch::randn({total, kChannels, 3, 2}, torch::kDouble) * 3 + 1;
-  const auto g = torch::randn({total, kChannels, 3, 2}, torch::kDouble);
-  constexpr int kSteps = 2;
-
-  std::vector<RankResult> got(world);
+  const int world = static_cast<int>(c.sbn.batch.size());
+  const auto data = test::sbn_data(c.sbn);
+  std::vector<test::SbnResult> got(world);
   auto store = Store::hash();
   auto errors = test::run_threads(world, [&](int rank) {
     auto pg = new_process_group(c.backend, Store::prefix("sbn", store), rank, world);
-    SyncBatchNormOptions o(kChannels);
-    o.momentum = c.momentum;
-    SyncBatchNorm sbn(o, pg);
-    sbn->to(torch::kDouble);
-    init_affine(sbn->weight, sbn->bias);
-    auto xr = rows(x, c.batch, rank).clone().requires_grad_(true);
-    for (int s = 0; s < kSteps; ++s) {
-      auto out = sbn(xr);
-      (out * rows(g, c.batch, rank)).sum().backward();
-      got[rank].out = out.detach();
-    }
-    got[rank].grad_input = xr.grad();
-    got[rank].grad_weight = sbn->weight.grad();
-    got[rank].grad_bias = sbn->bias.grad();
-    got[rank].running_mean = sbn->running_mean.clone();
-    got[rank].running_var = sbn->running_var.clone();
+    got[rank] = test::sync_batch_norm_on_rank(pg, c.sbn, data);
   });
   for (int r = 0; r < world; ++r) ASSERT_EQ(errors[r], "") << "rank " << r;
-
-  torch::nn::BatchNorm2d bn(torch::nn::BatchNorm2dOptions(kChannels).momentum(
-      c.momentum ? c10::optional<double>(*c.momentum) : c10::nullopt));
-  bn->to(torch::kDouble);
-  init_affine(bn->weight, bn->bias);
-  auto xa = x.clone().requires_grad_(true);
-  torch::Tensor out;
-  for (int s = 0; s < kSteps; ++s) {
-    out = bn(xa);
-    (out * g).sum().backward();
-  }
-  std::vector<torch::Tensor> outs, grads;
-  auto weight_grad = torch::zeros({kChannels}, torch::kDouble), bias_grad = weight_grad.clone();
+  const auto want = test::batch_norm_on_the_whole_batch(c.sbn, data);
+  auto weight_grad = torch::zeros_like(want.grad_weight), bias_grad = weight_grad.clone();
   for (int r = 0; r < world; ++r) {
-    outs.push_back(got[r].out);
-    grads.push_back(got[r].grad_input);
-    // A rank without samples contributes no weight or bias gradient (PyTorch: None).
-    if (got[r].grad_weight.defined()) weight_grad += got[r].grad_weight;
-    if (got[r].grad_bias.defined()) bias_grad += got[r].grad_bias;
-    EXPECT_TRUE(torch::allclose(got[r].running_mean, bn->running_mean, 1e-10, 1e-12)) << r;
-    EXPECT_TRUE(torch::allclose(got[r].running_var, bn->running_var, 1e-10, 1e-12)) << r;
+    test::expect_rank_matches(got[r], want, c.sbn, r);
+    weight_grad += test::grad_or_zeros(got[r].grad_weight);
+    bias_grad += test::grad_or_zeros(got[r].grad_bias);
   }
-  EXPECT_TRUE(torch::allclose(cat_rows(outs), out.detach(), 1e-10, 1e-10));
-  EXPECT_TRUE(torch::allclose(cat_rows(grads), xa.grad(), 1e-9, 1e-10));
-  EXPECT_TRUE(torch::allclose(weight_grad, bn->weight.grad(), 1e-9, 1e-10));
-  EXPECT_TRUE(torch::allclose(bias_grad, bn->bias.grad(), 1e-9, 1e-10));
+  test::expect_affine_grads_match(weight_grad, bias_grad, want);
 }
 
 std::vector<Case> cases() {
   std::vector<Case> out;
   for (const auto& backend : test::backends()) {
-    out.push_back({backend, {4, 4}, 0.1});
-    out.push_back({backend, {2, 5, 3}, 0.3});        // uneven batches
-    out.push_back({backend, {3, 0, 4}, std::nullopt});  // an empty rank; cumulative average
+    out.push_back({backend, {{4, 4}, 0.1}});
+    out.push_back({backend, {{2, 5, 3}, 0.3}});        // uneven batches
+    out.push_back({backend, {{3, 0, 4}, std::nullopt}});  // an empty rank; cumulative average
   }
   return out;
 }
@@ -117,8 +60,8 @@ std::vector<Case> cases() {
 INSTANTIATE_TEST_SUITE_P(Backends, SyncBatchNormParity, ::testing::ValuesIn(cases()),
                          [](const auto& info) {
                            std::string name = info.param.backend + "_";
-                           for (auto b : info.param.batch) name += std::to_string(b);
-                           return name + (info.param.momentum ? "" : "_cumulative");
+                           for (auto b : info.param.sbn.batch) name += std::to_string(b);
+                           return name + (info.param.sbn.momentum ? "" : "_cumulative");
                          });
 
 TEST(SyncBatchNorm, DifferentChannelCountsFailOnEveryRank) {

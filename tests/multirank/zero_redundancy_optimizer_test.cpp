@@ -5,101 +5,37 @@
 #include "dpx/algorithms/zero_redundancy_optimizer.h"
 #include "support/expect_throws.h"
 #include "support/harness.h"
+#include "support/zero_parity.h"
 #include "algorithms/zero_partition.h"
 
 namespace dpx::zero_redundancy_optimizer_test {
 namespace {
 
-using torch::optim::OptimizerParamGroup;
+using test::copy_params;
+using test::set_grads;
 
-torch::nn::Sequential make_net() {
-  torch::manual_seed(11);
-  return torch::nn::Sequential(torch::nn::Linear(10, 16), torch::nn::ReLU(),
-                               torch::nn::Linear(16, 8), torch::nn::Linear(8, 3));
-}
+torch::nn::Sequential make_net() { return test::zero_net(); }
 
-std::vector<torch::Tensor> copy_params(const torch::nn::Sequential& net) {
-  std::vector<torch::Tensor> out;
-  for (const auto& p : net->parameters()) out.push_back(p.detach().clone().requires_grad_(true));
-  return out;
-}
+class ZeroParity
+    : public ::testing::TestWithParam<std::tuple<test::ZeroCase, std::string, int>> {};
 
-// Gradients as DDP leaves them: the same on every rank, different at every step.
-void set_grads(const std::vector<torch::Tensor>& params, int step) {
-  for (size_t i = 0; i < params.size(); ++i) {
-    params[i].mutable_grad() = torch::sin(params[i].detach() * (step + 1) + static_cast<double>(i));
-  }
-}
-
-// Two groups (the second at a tenth of the learning rate), as a user with weight-decay-free
-// biases would build them.
-std::vector<OptimizerParamGroup> two_groups(const std::vector<torch::Tensor>& params,
-                                            const OptimizerFactory& make) {
-  std::vector<torch::Tensor> weights, biases;
-  for (const auto& p : params) (p.dim() == 2 ? weights : biases).push_back(p);
-  std::vector<OptimizerParamGroup> groups;
-  groups.emplace_back(weights);
-  groups.emplace_back(biases);
-  auto probe = make(groups);  // fills in each group's options
-  auto out = probe->param_groups();
-  out[1].options().set_lr(out[1].options().get_lr() / 10);
-  return out;
-}
-
-struct Case {
-  std::string name;
-  std::function<OptimizerFactory()> factory;
-};
-
-void PrintTo(const Case& c, std::ostream* os) { *os << c.name; }
-
-std::vector<Case> optimizers() {
-  using namespace torch::optim;
-  return {{"sgd_momentum", [] { return optimizer_factory<SGD>(SGDOptions(0.1).momentum(0.9)); }},
-          {"adam", [] { return optimizer_factory<Adam>(AdamOptions(1e-2)); }},
-          {"adamw", [] { return optimizer_factory<AdamW>(AdamWOptions(1e-2).weight_decay(0.1)); }}};
-}
-
-class ZeroParity : public ::testing::TestWithParam<std::tuple<Case, std::string, int>> {};
-
-// Five steps with an LR change after the second: every rank's parameters equal the unsharded
-// optimizer's exactly, and each rank keeps state for its shard only.
+// Every rank's parameters equal the unsharded optimizer's exactly (support/zero_parity.h).
 TEST_P(ZeroParity, SameParametersAsTheUnshardedOptimizer) {
   const auto& [c, backend, world] = GetParam();
   const auto net = make_net();
-  constexpr int kSteps = 5;
-  auto step_all = [&](torch::optim::Optimizer& opt, const std::vector<torch::Tensor>& params) {
-    for (int s = 0; s < kSteps; ++s) {
-      if (s == 2) opt.param_groups()[0].options().set_lr(opt.param_groups()[0].options().get_lr() / 2);
-      set_grads(params, s);
-      opt.step();
-    }
-  };
-  auto ref_params = copy_params(net);
-  auto ref = c.factory()(two_groups(ref_params, c.factory()));
-  step_all(*ref, ref_params);
-
+  const auto want = test::zero_reference(c, net);
   auto store = Store::hash();
   auto errors = test::run_threads(world, [&](int rank) {
     auto pg = new_process_group(backend, Store::prefix("zero", store), rank, world);
-    auto params = copy_params(net);
-    ZeroRedundancyOptimizer zero(two_groups(params, c.factory()), pg, c.factory());
-    step_all(zero, params);
-    for (size_t i = 0; i < params.size(); ++i) {
-      EXPECT_TRUE(torch::equal(params[i], ref_params[i])) << "rank " << rank << " param " << i;
-    }
-    EXPECT_EQ(zero.local_optimizer().state().size(), zero.shard(rank).size());
-    size_t owned = 0;
-    for (int r = 0; r < world; ++r) owned += zero.shard(r).size();
-    EXPECT_EQ(owned, params.size());
+    test::expect_zero_matches(pg, c, net, want);
   });
   for (int r = 0; r < world; ++r) EXPECT_EQ(errors[r], "") << "rank " << r;
 }
 
 INSTANTIATE_TEST_SUITE_P(
     OptimizersBackendsWorlds, ZeroParity,
-    ::testing::Combine(::testing::ValuesIn(optimizers()), ::testing::ValuesIn(test::backends()),
-                       ::testing::Values(2, 3)),
+    ::testing::Combine(::testing::ValuesIn(test::zero_optimizers()),
+                       ::testing::ValuesIn(test::backends()), ::testing::Values(2, 3)),
     [](const auto& info) {
       return std::get<0>(info.param).name + "_" + std::get<1>(info.param) + "_" +
              std::to_string(std::get<2>(info.param));

@@ -10,6 +10,16 @@ if(DPX_WITH_MPI AND DPX_MPIEXEC)
     set_tests_properties(mpi.np${np} PROPERTIES LABELS "multiproc;mpi" TIMEOUT 120
       ENVIRONMENT "OMPI_ALLOW_RUN_AS_ROOT=1;OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1;OMPI_MCA_rmaps_base_oversubscribe=1")
   endforeach()
+  # The conformance suite's process-group and DDP cases on mpi, one process per rank
+  # (Note [Conformance under mpirun] in tests/conformance/conformance.cpp): each size runs the
+  # cases that ask for that many ranks and those that hold at any.
+  foreach(np IN ITEMS 2 3 4)
+    add_test(NAME conformance.mpi.np${np}
+      COMMAND ${DPX_MPIEXEC} ${DPX_MPIEXEC_FLAGS} -np ${np} $<TARGET_FILE:dpx_conformance_tests>
+        --gtest_filter=Backends/*)
+    set_tests_properties(conformance.mpi.np${np} PROPERTIES LABELS "conformance;mpi" TIMEOUT 300
+      ENVIRONMENT "OMPI_ALLOW_RUN_AS_ROOT=1;OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1;OMPI_MCA_rmaps_base_oversubscribe=1")
+  endforeach()
   add_test(NAME mpi.setup_timeout COMMAND ${DPX_MPIEXEC} ${DPX_MPIEXEC_FLAGS} -np 2
     $<TARGET_FILE:dpx_mpi_tests> --gtest_also_run_disabled_tests
     --gtest_filter=MpiSetupTimeout.*)
