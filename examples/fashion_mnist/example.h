@@ -28,6 +28,7 @@ struct Flags {
   std::string sharding = "none";  // none: a DDP replica per rank; full: fully_shard (FSDP)
   std::string checkpoint_format = "dpx";  // dpx: dpx's own files; dcp: PyTorch DCP folders
   bool checkpoint_async = false;          // dcp: written by a thread while training goes on
+  int64_t seed = 0;  // the initial weights and the data's order
   bool fault_tolerant = false;  // under dpxrun --fault-tolerant: dpx::ft::Manager (fault_tolerant.cpp)
 };
 

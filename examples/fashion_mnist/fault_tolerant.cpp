@@ -53,7 +53,7 @@ int run_fault_tolerant(const Flags& flags) {
   const auto start = std::chrono::steady_clock::now();
   torch::set_num_threads(1);
   dpx::ft::Manager manager;
-  torch::manual_seed(0);
+  torch::manual_seed(flags.seed);
   dpx::FashionMNIST train(flags.data_dir, dpx::FashionMNIST::Mode::kTrain);
   dpx::FashionMNIST test(flags.data_dir, dpx::FashionMNIST::Mode::kTest);
   const int64_t n = flags.train_limit > 0 ? flags.train_limit : static_cast<int64_t>(*train.size());
@@ -74,7 +74,7 @@ int run_fault_tolerant(const Flags& flags) {
     const int64_t epoch = progress[0].item<int64_t>(), done = progress[1].item<int64_t>();
     if (epoch >= flags.epochs || (flags.max_steps >= 0 && manager.step() >= flags.max_steps)) break;
     if (epoch != order_epoch) {  // the epoch's order, the same on every rank
-      order = torch::randperm(n, torch::Generator(at::detail::createCPUGenerator(epoch)),
+      order = torch::randperm(n, torch::Generator(at::detail::createCPUGenerator(flags.seed * 1000003 + epoch)),
                               torch::kInt64);
       order_epoch = epoch;
     }

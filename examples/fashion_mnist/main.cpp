@@ -80,6 +80,8 @@ void add_flags(CLI::App& app, Flags& f) {
   app.add_flag("--checkpoint-async", f.checkpoint_async, "with --checkpoint-format dcp: each save "
                "copies the state to host memory and a thread writes it while training goes on")
       ->needs(app.get_option("--checkpoint-format"));
+  app.add_option("--seed", f.seed, "the initial weights and the data order (default 0)")
+      ->check(integer_at_least(0));
   app.add_flag("--fault-tolerant", f.fault_tolerant, "under dpxrun --fault-tolerant: each node a "
                "replica group that the others train on without (docs/fault_tolerance.md)");
   app.add_option("--report-every", f.report_every, "steps between DDP step reports (metrics)")
@@ -109,7 +111,8 @@ struct Data {
         train_size(flags.train_limit > 0 ? flags.train_limit : *train.size()),
         test_size(flags.train_limit > 0 ? std::max<int64_t>(1, flags.train_limit / 6)
                                         : *test.size()),
-        sampler(train_size, pg.size(), pg.rank(), {.shuffle = true, .seed = 0}) {}
+        sampler(train_size, pg.size(), pg.rank(),
+                {.shuffle = true, .seed = static_cast<uint64_t>(flags.seed)}) {}
   dpx::FashionMNIST train, test;
   size_t train_size;
   int64_t test_size;
@@ -374,7 +377,7 @@ int run(const Flags& flags) {
   const auto device = dpx::cuda::local_device(torch::Device(flags.device));
   auto pg = dpx::init_process_group({.backend = flags.backend, .device = device});
   setup.at[2] = SetupTimes::now();
-  torch::manual_seed(0);  // the same initial model on every rank (DDP broadcasts rank 0's anyway)
+  torch::manual_seed(flags.seed);  // the same initial model on every rank (DDP broadcasts rank 0's anyway)
   Data data(flags, *pg);
   setup.at[3] = SetupTimes::now();
   auto loader = torch::data::make_data_loader(prepared(data.train), data.sampler,

@@ -58,6 +58,7 @@ class Coordinator::Loop {
         published_(published) {}
 
   void run() {
+    beat();
     Decision d = first_quorum();
     publish(d);
     while (!stop_ && d.failed.empty() && !d.finished) {
@@ -67,6 +68,15 @@ class Coordinator::Loop {
   }
 
  private:
+  // At most every 100 ms, from every waiting loop: ranks that wait for a decision take a count
+  // that stands still for a stopped coordinator (Manager::wait_decision).
+  void beat() {
+    const auto now = Clock::now();
+    if (now - last_beat_ < std::chrono::milliseconds(100)) return;
+    last_beat_ = now;
+    store_.add(keys_.coordinator(), 1);
+  }
+
   int incarnation_now(int g) {
     const auto k = keys_.incarnation(g);
     return store_.check({k}) ? std::stoi(store_.get(k)) : 0;
@@ -130,6 +140,7 @@ class Coordinator::Loop {
       if (Clock::now() - start >= options_.too_few_timeout) {
         return failed(0, too_few(n, "to start"));
       }
+      beat();
       std::this_thread::sleep_for(std::chrono::milliseconds(20));
     }
     return {};
@@ -165,6 +176,7 @@ class Coordinator::Loop {
           return d;
         }
         if (!gone.empty()) break;
+        beat();
       }
       std::this_thread::sleep_for(std::chrono::milliseconds(1));
     }
@@ -214,6 +226,7 @@ class Coordinator::Loop {
     while (!stop_ && static_cast<int>(d.members.size()) < options_.min_groups) {
       if (Clock::now() - start >= options_.too_few_timeout)
         return failed(d.attempt, too_few(static_cast<int>(d.members.size()), "to go on"));
+      beat();
       std::this_thread::sleep_for(std::chrono::milliseconds(50));
       std::vector<Member> live;
       for (const auto& m : d.members)
@@ -246,6 +259,7 @@ class Coordinator::Loop {
   const std::atomic<bool>& stop_;
   std::atomic<std::int64_t>& published_;
   std::map<int, Seen> seen_;
+  Clock::time_point last_beat_{};
 };
 
 Coordinator::Coordinator(std::shared_ptr<Store> store, std::string prefix,

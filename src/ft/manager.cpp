@@ -15,6 +15,11 @@ using detail::Decision;
 using detail::Keys;
 using detail::Member;
 
+namespace {
+// How long a rank waits for a decision before it checks that the coordinator still runs.
+constexpr std::chrono::milliseconds kDecisionSlice{5000};
+}  // namespace
+
 Manager::Manager(ManagerOptions options) : options_(std::move(options)) {
   if (!options_.store) {
     auto env = [](const char* name) {
@@ -36,9 +41,7 @@ Manager::Manager(ManagerOptions options) : options_(std::move(options)) {
                   options_.local_rank < options_.local_size,
               "dpx::ft::Manager: group ", options_.group, ", local rank ", options_.local_rank,
               " of ", options_.local_size, " is not a place in a replica group");
-  // Every store call but the decision's wait (wait_decision) fails after cross_timeout: the
-  // cross-group groups' set-up with a member that died meanwhile gives up as its collectives do.
-  options_.store->set_timeout(options_.cross_timeout);
+  options_.store->set_timeout(options_.store_timeout);
   const Keys keys(options_.prefix);
   local_ = new_process_group(
       "shm", Store::prefix(keys.inside(options_.group, options_.incarnation), options_.store),
@@ -70,28 +73,49 @@ Decision Manager::wait_decision(std::int64_t attempt) {
   Decision d;
   const auto deadline = std::chrono::steady_clock::now() + options_.decision_timeout;
   try {
-    // In slices of the store's timeout: one wait as long as decision_timeout would hold a
-    // connection that a lost store host never closes.
+    // In slices: between two, the coordinator's count must have moved, else it is stopped or
+    // gone while its store still answers (or the store does not answer either: that throws).
+    std::string coordinator = options_.store->get(keys.coordinator());
     for (;;) {
       try {
-        options_.store->wait({keys.decision(attempt)});
+        options_.store->wait({keys.decision(attempt)}, kDecisionSlice);
         break;
       } catch (const TimeoutError&) {
+        const std::string now = options_.store->get(keys.coordinator());
+        if (now == coordinator) {
+          throw DistributedError("the coordinator's count stood still for " +
+                                 std::to_string(kDecisionSlice.count() / 1000) +
+                                 " s while this rank waited for step " + std::to_string(step_) +
+                                 "'s decision: it stopped");
+        }
+        coordinator = now;
         if (std::chrono::steady_clock::now() >= deadline) throw;
       }
     }
     d = detail::decode(options_.store->get(keys.decision(attempt)));
   } catch (const DistributedError& e) {
-    throw DistributedError("group " + std::to_string(options_.group) + " rank " +
-                           std::to_string(options_.local_rank) +
-                           ": lost the fault-tolerance coordinator (it runs with the store on "
-                           "the rendezvous host, " + options_.store->describe() +
-                           "; that host died or the network is cut): " + e.what());
+    lost_coordinator(e);
   }
   if (!d.failed.empty()) {
     throw DistributedError("fault-tolerant training cannot go on: " + d.failed);
   }
   return d;
+}
+
+void Manager::lost_coordinator(const std::exception& e) const {
+  throw DistributedError("group " + std::to_string(options_.group) + " rank " +
+                         std::to_string(options_.local_rank) +
+                         ": lost the fault-tolerance coordinator (it runs with the store on the "
+                         "rendezvous host, " + options_.store->describe() +
+                         "; that host died, stopped, or the network is cut): " + e.what());
+}
+
+bool Manager::decided(std::int64_t attempt) {
+  try {
+    return options_.store->check({detail::Keys(options_.prefix).decision(attempt)});
+  } catch (const DistributedError& e) {
+    lost_coordinator(e);
+  }
 }
 
 bool Manager::join() {
@@ -172,7 +196,6 @@ void Manager::allreduce_gradients(const std::vector<at::Tensor>& parameters) {
   }());
   local_->allreduce(flat)->wait();  // a failure here throws: the agent restarts the group
   if (cross_ && cross_ok_) {
-    const Keys keys(options_.prefix);
     auto work = cross_->allreduce(flat);
     // Wait in slices: a lost peer's decision may come first (Note [Fault-tolerant steps], 4).
     for (;;) {
@@ -180,7 +203,7 @@ void Manager::allreduce_gradients(const std::vector<at::Tensor>& parameters) {
         work->wait(std::chrono::milliseconds(50));
         break;
       } catch (const TimeoutError&) {
-        if (options_.store->check({keys.decision(attempt_ + 1)})) {
+        if (decided(attempt_ + 1)) {
           cross_ok_ = false;
           break;
         }
@@ -208,8 +231,12 @@ bool Manager::should_commit() {
   local_->allreduce(ok, {.op = ReduceOp::kMin})->wait();
   const Keys keys(options_.prefix);
   const std::int64_t a = attempt_ + 1;
-  if (options_.local_rank == 0 && !options_.store->check({keys.decision(a)})) {
-    options_.store->set(keys.vote(a, options_.group), ok.item<float>() == 1.0f ? "1" : "0");
+  if (options_.local_rank == 0 && !decided(a)) {
+    try {
+      options_.store->set(keys.vote(a, options_.group), ok.item<float>() == 1.0f ? "1" : "0");
+    } catch (const DistributedError& e) {
+      lost_coordinator(e);
+    }
   }
   Decision d = wait_decision(a);
   if (!d.has({options_.group, options_.incarnation})) {

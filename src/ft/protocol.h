@@ -55,6 +55,8 @@ class Keys {
   }
   std::string decision(std::int64_t a) const { return p_ + "decision/" + std::to_string(a); }
   std::string latest() const { return p_ + "latest"; }
+  // Counted up by the coordinator while it runs: ranks waiting for a decision watch it.
+  std::string coordinator() const { return p_ + "coordinator"; }
   // Where the cross-group group of `quorum` for one local rank, and a group's own, are made.
   std::string cross(std::int64_t quorum, int local_rank) const {
     return p_ + "cross/" + std::to_string(quorum) + "/" + std::to_string(local_rank) + "/";

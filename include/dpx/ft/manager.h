@@ -34,6 +34,9 @@ struct ManagerOptions {
   // How long a collective across groups may take before it counts as failed (the step then
   // does not commit). A killed peer fails it at once; this bounds a peer that hangs.
   std::chrono::milliseconds cross_timeout{std::chrono::seconds(30)};
+  // Every call to the store but the wait for a decision: a store that does not answer this long
+  // is lost (its host died or stopped), and so is the coordinator that runs beside it.
+  std::chrono::milliseconds store_timeout{std::chrono::seconds(10)};
   // The longest wait for the coordinator's decision (it answers within a second or so of the
   // last vote or the loss of a group; longer only while too few groups are alive).
   std::chrono::milliseconds decision_timeout{std::chrono::minutes(15)};
@@ -93,6 +96,8 @@ class Manager {
  private:
   struct State;
   detail::Decision wait_decision(std::int64_t attempt);
+  bool decided(std::int64_t attempt);  // the decision on `attempt` is out
+  [[noreturn]] void lost_coordinator(const std::exception& e) const;
   bool join();
   void make_cross(const detail::Decision& d);
   void heal(const detail::Decision& d);

@@ -8,14 +8,18 @@
 #     and that at the end every rank of every host holds the same weights to the bit.
 #   MODE=restart: today's way, for comparison (bench/cluster_chaos.sh): --nnodes HOSTS,
 #     --max-restarts, checkpoints every 10 steps; every kill restarts every host.
+#   LOSE_COORDINATOR=KILL|STOP (ft): host 0 itself is SIGKILLed or SIGSTOPped once training
+#     runs; the others must end with an error naming the coordinator within 60 s.
 # Prints "fault_tolerant: PASS" and a summary line per kill; writes $work/summary.json.
 #   fault_tolerant.sh <dpxrun> <fashion_mnist> <scratch dir>
 # Environment: HOSTS (4), NPER (2), KILLS (1), REVIVE (2 s), EPOCHS (1), TRAIN_LIMIT (16384),
 # BATCH (16 per rank), GAP (3: seconds from a revival's heal to the next kill, +0-2 at random),
-# SEED (for the random choices; default from the clock), TIMEOUT (600).
+# SEED (for the random choices; default from the clock), TIMEOUT (600), EXAMPLE_ARGS (more
+# flags for the example, e.g. "--seed 2").
 set -uo pipefail
 dpxrun=$1 bin=$2 work=$3
 hosts=${HOSTS:-4} nper=${NPER:-2} kills=${KILLS:-1} revive=${REVIVE:-2} mode=${MODE:-ft}
+[ -n "${LOSE_COORDINATOR:-}" ] && kills=0
 source "$(dirname "$0")/../example/dataset.sh" "$work"
 here="$(cd "$(dirname "$0")/../../.." && pwd)"
 if [ "$(id -u)" != 0 ] || ! command -v ip >/dev/null; then
@@ -48,7 +52,8 @@ fail() {
   exit 1
 }
 
-args=(--epochs "${EPOCHS:-1}" --train-limit "${TRAIN_LIMIT:-16384}" --batch-size "${BATCH:-16}")
+args=(--epochs "${EPOCHS:-1}" --train-limit "${TRAIN_LIMIT:-16384}" --batch-size "${BATCH:-16}"
+  ${EXAMPLE_ARGS:-})
 if [ "$mode" = ft ]; then
   launch=(--nnodes "$((hosts - 1)):$hosts" --fault-tolerant --max-restarts 3)
   args+=(--fault-tolerant)
@@ -100,6 +105,26 @@ for ((k = 1; k <= kills; k++)); do
     sleep 5
   fi
 done
+if [ -n "${LOSE_COORDINATOR:-}" ]; then
+  while ! grep -q "committed with" logs/host0.0.log 2>/dev/null; do
+    kill -0 "${agents[0]}" 2>/dev/null || fail "host 0's agent ended early"
+    sleep 0.2
+  done
+  sleep 2
+  t=$(now)
+  ip netns pids "${prefix}0" | xargs -r kill -s "$LOSE_COORDINATOR"
+  for ((i = 1; i < hosts; i++)); do
+    wait "${agents[$i]}"; s=$?
+    [ $s != 0 ] || fail "host $i's agent ended well without the coordinator"
+    grep -q "lost the fault-tolerance coordinator\|cannot be reached" "logs/host$i.0.log" ||
+      fail "host $i did not say the coordinator was lost"
+  done
+  took=$(python3 -c "import sys; print('%.1f' % (float(sys.argv[2]) - float(sys.argv[1])))" "$t" "$(now)")
+  awk -v t="$took" 'BEGIN { exit !(t < 60) }' || fail "the others took $took s to end"
+  echo "fault_tolerant: coordinator ${LOSE_COORDINATOR}: the other hosts ended ${took} s after, naming it"
+  echo "fault_tolerant: PASS"
+  exit 0
+fi
 status=0
 for ((i = 0; i < hosts; i++)); do
   wait "${agents[$i]}"; s=$?
