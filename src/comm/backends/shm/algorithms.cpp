@@ -116,6 +116,14 @@ void allreduce(Channel& ch, at::Tensor& tensor, ReduceOp op, const AlgorithmOpti
 
 void broadcast(Channel& ch, at::Tensor& tensor, int root) {
   const std::size_t es = tensor.element_size();
+  const std::size_t n = tensor.numel() * es;
+  if (n <= kInlineBytes) {  // Note [Inline data] in segment.h
+    if (ch.rank() == root) std::memcpy(ch.mine_inline(), bytes(tensor), n);
+    ch.sync();
+    if (ch.rank() != root) std::memcpy(bytes(tensor), ch.inline_slot(root), n);
+    ch.next_round();
+    return;
+  }
   for_each_round(tensor.numel(), ch.slot_bytes() / es, [&](std::int64_t offset, std::int64_t m) {
     char* data = bytes(tensor) + offset * es;
     if (ch.rank() == root) std::memcpy(ch.mine(), data, m * es);
