@@ -54,6 +54,8 @@ namespace dpx::detail::shm {
 // rank chooses alike and a mismatch is caught before anything is read. Room for 8 bytes per
 // parity comes from the descriptors kept in the line packed to 20 bytes (LineDescriptor); with
 // 4 bytes, an 8-byte all-reduce took the slot path at 1.55x the 4-byte time (docs/performance.md).
+// The rank's own part is read from its tensor, not from its line (Note [Own data] in
+// algorithms.cpp).
 constexpr std::size_t kInlineBytes = 8;
 
 // A CollectiveDescriptor as the control line keeps it: the same fields in 20 bytes (the small
