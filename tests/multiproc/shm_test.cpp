@@ -208,6 +208,9 @@ TEST(ShmBackend, DisagreeingRanksGetAClearErrorAndStayUsable) {
     };
     auto sizes = at::ones({rank == 0 ? 10 : 200000});  // one round against many
     expect_mismatch([&] { return pg->allreduce(sizes); }, rank == 0 ? "200000 Float" : "10 Float");
+    auto inline_or_not = at::ones({rank == 0 ? 1 : 3}, at::kDouble);  // in the line or a slot
+    expect_mismatch([&] { return pg->allreduce(inline_or_not); },
+                    rank == 0 ? "3 Double" : "1 Double");
     auto dtypes = rank == 0 ? at::ones({8}, at::kFloat) : at::ones({8}, at::kInt);
     expect_mismatch([&] { return pg->allreduce(dtypes); }, rank == 0 ? "8 Int" : "8 Float");
     auto t = at::ones({8});

@@ -40,6 +40,14 @@ void for_each_round(std::int64_t n, std::int64_t per_round, F body) {
   } while (offset < n);
 }
 
+// Note [Own data]
+// The small all-reduce takes the rank's own part from its tensor, not from the slot or control
+// line it has just written: a peer reads that line in between, and on the AMD EPYC VM of
+// docs/performance.md (issue #47) reading it back then costs a transfer between cores (most
+// likely AMD's migratory sharing: a modified line that another core reads moves to that core).
+// Cycle counters there, 2 ranks, 256 B, one call: 1248 -> 832 cycles (the wait for the peer,
+// whose own read-back it waited out, 1040 -> 364); 4 B to 4 KiB took 0.47-0.68x the time.
+// The tensor holds the same bytes, so the result's bits are the same.
 void allreduce_small(Channel& ch, at::Tensor& t, ReduceOp op) {
   const std::size_t bytes_n = t.numel() * t.element_size();
   const bool in_line = bytes_n <= kInlineBytes;  // Note [Inline data] in segment.h
@@ -49,6 +57,9 @@ void allreduce_small(Channel& ch, at::Tensor& t, ReduceOp op) {
   for (int q = 0; q < ch.world(); ++q) {
     srcs[q] = in_line ? static_cast<const void*>(ch.inline_slot(q)) : ch.slot(q);
   }
+  // The own part from the tensor (Note [Own data]). reduce() lets dst be srcs[0] or srcs[1]
+  // only, so ranks from 2 on keep reading their slot.
+  if (ch.rank() < 2) srcs[ch.rank()] = bytes(t);
   reduce(t.scalar_type(), op, bytes(t), srcs.data(), ch.world(), t.numel(), ch.world());
   ch.next_round();
 }
@@ -116,6 +127,14 @@ void allreduce(Channel& ch, at::Tensor& tensor, ReduceOp op, const AlgorithmOpti
 
 void broadcast(Channel& ch, at::Tensor& tensor, int root) {
   const std::size_t es = tensor.element_size();
+  const std::size_t n = tensor.numel() * es;
+  if (n <= kInlineBytes) {  // Note [Inline data] in segment.h
+    if (ch.rank() == root) std::memcpy(ch.mine_inline(), bytes(tensor), n);
+    ch.sync();
+    if (ch.rank() != root) std::memcpy(bytes(tensor), ch.inline_slot(root), n);
+    ch.next_round();
+    return;
+  }
   for_each_round(tensor.numel(), ch.slot_bytes() / es, [&](std::int64_t offset, std::int64_t m) {
     char* data = bytes(tensor) + offset * es;
     if (ch.rank() == root) std::memcpy(ch.mine(), data, m * es);

@@ -13,6 +13,8 @@
 //   post each tensor holds the result. One round, nothing copied in or out.
 // reduce_scatter: the large allreduce without its gather half (one post per round).
 // broadcast, allgather: copy into the own slot, post, copy out of the slots that matter.
+// Small all-reduces and broadcasts of up to kInlineBytes use the control line instead of the
+//   slot (Note [Inline data] in segment.h).
 #pragma once
 
 #include <ATen/ATen.h>

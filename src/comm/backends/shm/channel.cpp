@@ -1,13 +1,15 @@
 #include "comm/backends/shm/channel.h"
 
 namespace dpx::detail::shm {
+// pack() keeps kind, dtype and reduce op in a byte each.
+static_assert(static_cast<int>(at::ScalarType::NumOptions) < 128);
 Channel::Channel(Segment& segment, Waiter& waiter, int rank, std::string where)
     : segment_(segment), waiter_(waiter), rank_(rank), where_(std::move(where)) {}
 
 void Channel::begin(const CollectiveDescriptor& desc, Clock::duration timeout) {
   desc_ = desc;
   desc_.seq = seq_++;
-  segment_.control(rank_).desc[desc_.seq % 2] = desc_;
+    segment_.control(rank_).desc[desc_.seq % 2] = pack(desc_);
   checked_ = false;
   deadline_ = Deadline(timeout);
 }
@@ -28,7 +30,9 @@ void Channel::sync() {
 
 void Channel::check_descriptors() const {
   for (int q = 0; q < world(); ++q) {
-    if (q != rank_) check_same(desc_, segment_.control(q).desc[desc_.seq % 2], q, where_, "shm");
+    if (q != rank_) {
+      check_same(desc_, unpack(segment_.control(q).desc[desc_.seq % 2]), q, where_, "shm");
+    }
   }
 }
 

@@ -53,8 +53,8 @@ class ShmGroup;
 // clock). A collective's finish time (finished_at, for the timeline) is read only for
 // collectives over kTimedBytes, whose cost dwarfs the read; smaller ones say "not known", and
 // the timeline takes the time their wait returned. The small all-reduce allocates nothing, and
-// up to 4 bytes of data ride in the line that carries the post (Note [Inline data] in
-// segment.h). What the call still costs (docs/performance.md, issue #47): the Work's one
+// up to 8 bytes of an all-reduce's or a broadcast's data ride in the line that carries the post
+// (Note [Inline data] in segment.h). What the call still costs (docs/performance.md, issue #47): the Work's one
 // allocation and reference counts, the tensor's, and the queue's two lock/unlock pairs.
 constexpr std::size_t kTimedBytes = 64 << 10;
 

@@ -11,8 +11,8 @@
 namespace dpx::detail::shm {
 
 // dst[i] = srcs[0][i] op srcs[1][i] op ... op srcs[nsrcs-1][i], always in this order so every
-// rank computes the same bits; kAvg divides the sum by `world`. dst may be srcs[0] but no other
-// source.
+// rank computes the same bits; kAvg divides the sum by `world`. dst may be srcs[0] or srcs[1]
+// (both are read at an element before it is written) but no later source.
 void reduce(at::ScalarType dtype, ReduceOp op, void* dst, const void* const* srcs, int nsrcs,
             std::int64_t n, int world);
 

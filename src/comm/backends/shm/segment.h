@@ -45,13 +45,47 @@
 namespace dpx::detail::shm {
 
 // Note [Inline data]
-// A small all-reduce's data rides in its rank's control line when it fits in the line's last
-// bytes (kInlineBytes: one float32 or int32: a loss, a count, GradScaler's found-inf): a peer
-// that sees the post has the data too and reads no data slot, one transfer between cores
-// instead of two. Like the slots, it is kept by round parity (Note [Rounds and steps] in
-// channel.h); whether a collective uses it depends only on what the descriptors compare (dtype
-// and numel), so every rank chooses alike and a mismatch is caught before anything is read.
-constexpr std::size_t kInlineBytes = 4;
+// A small collective's data rides in its rank's control line when it fits in the line's last
+// bytes (kInlineBytes: a float64 or int64, two float32: a loss and a count, GradScaler's
+// found-inf): a peer that sees the post has the data too and reads no data slot, one transfer
+// between cores instead of two (and the slot's line need not come back for the next write).
+// Like the slots, it is kept by round parity (Note [Rounds and steps] in channel.h); whether a
+// collective uses it depends only on what the descriptors compare (dtype and numel), so every
+// rank chooses alike and a mismatch is caught before anything is read. Room for 8 bytes per
+// parity comes from the descriptors kept in the line packed to 20 bytes (LineDescriptor); with
+// 4 bytes, an 8-byte all-reduce took the slot path at 1.55x the 4-byte time (docs/performance.md).
+// The rank's own part is read from its tensor, not from its line (Note [Own data] in
+// algorithms.cpp).
+constexpr std::size_t kInlineBytes = 8;
+
+// A CollectiveDescriptor as the control line keeps it: the same fields in 20 bytes (the small
+// ones in a byte each; numel in two words, so that the struct needs only 4-byte alignment).
+struct LineDescriptor {
+  std::uint32_t seq;
+  std::int8_t kind, dtype, reduce_op, shared;
+  std::int32_t root;
+  std::uint32_t numel_low, numel_high;
+};
+static_assert(sizeof(LineDescriptor) == 20);
+
+inline LineDescriptor pack(const CollectiveDescriptor& d) {
+  const auto numel = static_cast<std::uint64_t>(d.numel);
+  return {d.seq, static_cast<std::int8_t>(d.kind), static_cast<std::int8_t>(d.dtype),
+          static_cast<std::int8_t>(d.reduce_op), static_cast<std::int8_t>(d.shared), d.root,
+          static_cast<std::uint32_t>(numel), static_cast<std::uint32_t>(numel >> 32)};
+}
+
+inline CollectiveDescriptor unpack(const LineDescriptor& l) {
+  CollectiveDescriptor d;
+  d.seq = l.seq;
+  d.kind = static_cast<CollectiveKind>(l.kind);
+  d.dtype = l.dtype;
+  d.reduce_op = l.reduce_op;
+  d.shared = l.shared;
+  d.root = l.root;
+  d.numel = static_cast<std::int64_t>((static_cast<std::uint64_t>(l.numel_high) << 32) | l.numel_low);
+  return d;
+}
 
 // One per rank. `step` is the futex word peers wait on. The descriptors share its cache line:
 // a peer that sees the new step has that line already, so the mismatch check costs no extra
@@ -59,10 +93,12 @@ constexpr std::size_t kInlineBytes = 4;
 struct alignas(64) RankControl {
   std::atomic<std::uint32_t> step;
   std::atomic<std::uint32_t> sleepers;  // peers blocked in FUTEX_WAIT on `step`
-  CollectiveDescriptor desc[2];         // by collective parity (Note [Mismatch check])
-  unsigned char inline_data[2][kInlineBytes];  // by round parity (Note [Inline data])
+  LineDescriptor desc[2];               // by collective parity (Note [Mismatch check])
+  alignas(8) unsigned char inline_data[2][kInlineBytes];  // by round parity (Note [Inline data])
   alignas(64) std::atomic<std::int32_t> pid;
 };
+static_assert(offsetof(RankControl, inline_data) + sizeof(RankControl::inline_data) == 64,
+              "the step, the descriptors and the inline data share one cache line");
 static_assert(offsetof(RankControl, pid) == 64);
 
 // Why a rank aborted the group; peers rethrow the same type.
