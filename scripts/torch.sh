@@ -53,7 +53,7 @@ ci_targets() {
 # and its flags, dpx's own TCP store protocol, spawning, the stall inspector, the timeline, the
 # programs' command lines, Slurm, shared-memory set-up faults, SIGPIPE, the source checks and the
 # benchmarks' smoke runs. Tests of c10d (Gloo, TCPStore clients) and with a Python oracle stay.
-kVersionlessTests='^(Launcher|LauncherCheck|LauncherMultiNode|LauncherNetns|Schedulers|Spawn|StoreFaults|StoreAddresses|SetupFaults|ShmSetup|StallInspector|Timeline|Cli|Sigpipe)[./]|^(bench_|dpx_bench_|layers|notes$|scripts[.]|example[.]dist_mnist|example[.]fashion_mnist_(elastic|timeline))'
+kVersionlessTests='^(Launcher|LauncherCheck|LauncherMultiNode|LauncherNetns|Schedulers|Spawn|StoreFaults|StoreAddresses|SetupFaults|ShmSetup|StallInspector|Timeline|Cli|Sigpipe)[./]|^(bench_|dpx_bench_|layers|notes$|scripts[.]|example[.]dist_mnist|example[.]fashion_mnist_(elastic|timeline)|cluster[.]ft_coordinator_)'
 ci_exclude() {
   [ "$(build_dir "$1")" != build ] || return 0
   case "$1" in

@@ -96,7 +96,7 @@ int run_fault_tolerant(const Flags& flags) {
     if (manager.should_commit()) {
       optimizer.step();
       progress[1] += window;
-      loss_sum += loss.item<double>() / ranks;
+      loss_sum += loss.item<double>() * window / ranks / std::max<int64_t>(count, 1);
       ++loss_steps;
       if (lead() && !metrics.is_open()) metrics.open(flags.metrics_file, std::ios::app);
       if (lead() && (manager.step() % 20 == 0 || done + window == n)) {

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cstdio>
 #include <map>
+#include <optional>
+#include <set>
 
 #include "dpx/errors.h"
 #include "ft/protocol.h"
@@ -60,6 +62,7 @@ class Coordinator::Loop {
   void run() {
     beat();
     Decision d = first_quorum();
+    if (stop_) return;
     publish(d);
     while (!stop_ && d.failed.empty() && !d.finished) {
       d = next(d);
@@ -96,7 +99,8 @@ class Coordinator::Loop {
   }
 
   bool lost(const Member& m) {
-    return incarnation_now(m.group) > m.incarnation || !alive(m.group);
+    return dropped_.count({m.group, m.incarnation}) > 0 ||
+           incarnation_now(m.group) > m.incarnation || !alive(m.group);
   }
 
   // Groups that asked to join as their current incarnation, are alive, and are not members.
@@ -109,10 +113,27 @@ class Coordinator::Loop {
       const Member m{g, std::stoi(store_.get(k))};
       const bool member = std::any_of(members.begin(), members.end(),
                                       [&](const Member& x) { return x.group == g; });
-      if (!member && m.incarnation == incarnation_now(g) && !flag(keys_.done(g)) && alive(g))
+      // A life once dropped never comes back (a stopped host whose agent beats again before its
+      // ranks noticed): its next incarnation joins instead.
+      if (!member && !dropped_.count({g, m.incarnation}) && m.incarnation == incarnation_now(g) &&
+          !flag(keys_.done(g)) && alive(g))
         out.push_back(m);
     }
     return out;
+  }
+
+  // A member whose agent beats but whose vote is vote_timeout behind the first one's: its ranks
+  // hang (the agent's --heartbeat-timeout, off by default, is what would notice them).
+  bool late(std::int64_t a, const Member& m, std::optional<Clock::time_point>& first_vote) {
+    if (store_.check({keys_.vote(a, m.group)})) {
+      if (!first_vote) first_vote = Clock::now();
+      return false;
+    }
+    if (!first_vote || Clock::now() - *first_vote < options_.vote_timeout) return false;
+    std::fprintf(stderr, "dpx ft: coordinator: group %d has not voted on attempt %lld %lld s "
+                 "after the first group did; dropping it\n", m.group,
+                 static_cast<long long>(a), static_cast<long long>(options_.vote_timeout.count() / 1000));
+    return true;
   }
 
   Decision failed(std::int64_t attempt, std::string why) {
@@ -159,6 +180,7 @@ class Coordinator::Loop {
     std::vector<std::string> votes;
     for (const auto& m : cur.members) votes.push_back(keys_.vote(a, m.group));
     std::vector<Member> gone;
+    std::optional<Clock::time_point> first_vote;
     auto last_check = Clock::now() - std::chrono::hours(1);
     while (!stop_) {
       if (store_.check(votes)) break;
@@ -167,8 +189,12 @@ class Coordinator::Loop {
         size_t done = 0;
         for (const auto& m : cur.members) {
           // done is read again after lost(): an agent sets done, then left as it ends.
-          if (flag(keys_.done(m.group))) ++done;
-          else if (lost(m)) flag(keys_.done(m.group)) ? ++done : (gone.push_back(m), 0);
+          if (flag(keys_.done(m.group))) {
+            ++done;
+          } else if (lost(m) || late(a, m, first_vote)) {
+            if (flag(keys_.done(m.group))) ++done;
+            else gone.push_back(m);
+          }
         }
         if (done == cur.members.size()) {
           Decision d = cur;
@@ -180,6 +206,7 @@ class Coordinator::Loop {
       }
       std::this_thread::sleep_for(std::chrono::milliseconds(1));
     }
+    for (const auto& m : gone) dropped_.insert({m.group, m.incarnation});
     bool ok = gone.empty();
     std::vector<Member> members;
     for (const auto& m : cur.members) {
@@ -217,7 +244,8 @@ class Coordinator::Loop {
     return d;
   }
 
-  // Fewer members than min_groups: the decision waits for joiners, or fails the job.
+  // Fewer members than min_groups: the decision waits for joiners, or fails the job. Only a
+  // survivor (a member that is not itself joining) can be the source.
   Decision wait_for_enough(Decision d) {
     const auto start = Clock::now();
     std::fprintf(stderr, "dpx ft: coordinator: %zu replica group(s) alive at step %lld, waiting "
@@ -228,21 +256,26 @@ class Coordinator::Loop {
         return failed(d.attempt, too_few(static_cast<int>(d.members.size()), "to go on"));
       beat();
       std::this_thread::sleep_for(std::chrono::milliseconds(50));
-      std::vector<Member> live;
-      for (const auto& m : d.members)
-        if (!lost(m)) live.push_back(m);
-      const auto joiners = asking(live);
-      if (live.size() + joiners.size() < static_cast<size_t>(options_.min_groups)) continue;
-      if (live.empty()) {
+      std::vector<Member> survivors, joiners;
+      for (const auto& m : d.members) {
+        if (lost(m)) {
+          dropped_.insert({m.group, m.incarnation});
+        } else {
+          (d.joining(m.group) ? joiners : survivors).push_back(m);
+        }
+      }
+      for (const auto& j : asking(d.members)) joiners.push_back(j);
+      if (survivors.empty()) {
         return failed(d.attempt, "every replica group that held the model was lost; resume "
                                  "from a checkpoint");
       }
-      d.members = live;
-      d.source = live.front().group;
-      d.joiners.clear();
-      for (const auto& j : joiners) d.joiners.push_back(j.group), d.members.push_back(j);
+      d.members = survivors;
+      d.members.insert(d.members.end(), joiners.begin(), joiners.end());
       std::sort(d.members.begin(), d.members.end(),
                 [](const Member& x, const Member& y) { return x.group < y.group; });
+      d.source = joiners.empty() ? -1 : survivors.front().group;
+      d.joiners.clear();
+      for (const auto& j : joiners) d.joiners.push_back(j.group);
     }
     return d;
   }
@@ -259,6 +292,7 @@ class Coordinator::Loop {
   const std::atomic<bool>& stop_;
   std::atomic<std::int64_t>& published_;
   std::map<int, Seen> seen_;
+  std::set<std::pair<int, int>> dropped_;  // (group, incarnation) lives dropped for good
   Clock::time_point last_beat_{};
 };
 

@@ -51,6 +51,12 @@ Manager::Manager(ManagerOptions options) : options_(std::move(options)) {
 
 Manager::~Manager() = default;
 
+std::string Manager::where() const {
+  return "[group " + std::to_string(options_.group) + " rank " +
+         std::to_string(options_.local_rank) + "/" + std::to_string(options_.local_size) + " " +
+         local_->where().substr(local_->where().find(' ', local_->where().find(' ') + 1) + 1);
+}
+
 void Manager::register_state(torch::nn::Module& module, torch::optim::Optimizer& optimizer,
                              std::vector<at::Tensor> extra) {
   state_ = std::make_unique<State>(State{&module, &optimizer, std::move(extra)});
@@ -76,6 +82,7 @@ Decision Manager::wait_decision(std::int64_t attempt) {
     // In slices: between two, the coordinator's count must have moved, else it is stopped or
     // gone while its store still answers (or the store does not answer either: that throws).
     std::string coordinator = options_.store->get(keys.coordinator());
+    bool timed_out = false;
     for (;;) {
       try {
         options_.store->wait({keys.decision(attempt)}, kDecisionSlice);
@@ -89,8 +96,17 @@ Decision Manager::wait_decision(std::int64_t attempt) {
                                  "'s decision: it stopped");
         }
         coordinator = now;
-        if (std::chrono::steady_clock::now() >= deadline) throw;
+        if (std::chrono::steady_clock::now() >= deadline) {
+          timed_out = true;
+          break;
+        }
       }
+    }
+    if (timed_out) {
+      throw std::runtime_error(where() + "no decision on step " + std::to_string(step_) +
+                               " within decision_timeout (" +
+                               std::to_string(options_.decision_timeout.count() / 1000) +
+                               " s), though the coordinator runs: too few groups for too long?");
     }
     d = detail::decode(options_.store->get(keys.decision(attempt)));
   } catch (const DistributedError& e) {
@@ -103,9 +119,7 @@ Decision Manager::wait_decision(std::int64_t attempt) {
 }
 
 void Manager::lost_coordinator(const std::exception& e) const {
-  throw DistributedError("group " + std::to_string(options_.group) + " rank " +
-                         std::to_string(options_.local_rank) +
-                         ": lost the fault-tolerance coordinator (it runs with the store on the "
+  throw DistributedError(where() + "lost the fault-tolerance coordinator (it runs with the store on the "
                          "rendezvous host, " + options_.store->describe() +
                          "; that host died, stopped, or the network is cut): " + e.what());
 }
@@ -120,12 +134,20 @@ bool Manager::decided(std::int64_t attempt) {
 
 bool Manager::join() {
   const Keys keys(options_.prefix);
+  // Rank 0 reads where the decisions stand before it asks, and every rank of the group starts
+  // from there: each then finds the same first decision that lists the group.
+  auto from = torch::zeros({1}, torch::kInt64);
   if (options_.local_rank == 0) {
-    options_.store->set(keys.join(options_.group), std::to_string(options_.incarnation));
+    try {
+      if (options_.store->check({keys.latest()}))
+        from[0] = std::stoll(options_.store->get(keys.latest()));
+      options_.store->set(keys.join(options_.group), std::to_string(options_.incarnation));
+    } catch (const DistributedError& e) {
+      lost_coordinator(e);
+    }
   }
-  std::int64_t a = options_.store->check({keys.latest()})
-                       ? std::stoll(options_.store->get(keys.latest()))
-                       : 0;
+  local_->broadcast(from)->wait();
+  std::int64_t a = from[0].item<int64_t>();
   const Member me{options_.group, options_.incarnation};
   for (;; ++a) {
     Decision d = wait_decision(a);
@@ -150,13 +172,23 @@ bool Manager::start_step() {
     pending_ = false;
     cross_ok_ = true;
     if (current_->quorum != quorum_) make_cross(*current_);
+    if (!cross_ok_ && current_->joining(options_.group)) {
+      // It would train from its own weights, and no later decision lists it as a joiner: it
+      // ends, its agent restarts it, and it joins again.
+      throw DistributedError(where() + "this group joins at step " +
+                             std::to_string(current_->step) + " but could not connect to the "
+                             "other groups to take their state");
+    }
     if (!current_->joiners.empty() && cross_ok_) heal(*current_);
   }
   return true;
 }
 
 void Manager::make_cross(const Decision& d) {
-  if (cross_) abandoned_.push_back(std::move(cross_));  // its last collective may still run
+  // A group whose last collective may still run is kept until it completed.
+  std::erase_if(abandoned_, [](const auto& a) { return !a.second || a.second->is_completed(); });
+  if (cross_) abandoned_.emplace_back(std::move(cross_), std::move(cross_work_));
+  cross_work_.reset();
   quorum_ = d.quorum;
   ++stats_.quorums;
   std::string groups;
@@ -196,13 +228,22 @@ void Manager::allreduce_gradients(const std::vector<at::Tensor>& parameters) {
   }());
   local_->allreduce(flat)->wait();  // a failure here throws: the agent restarts the group
   if (cross_ && cross_ok_) {
-    auto work = cross_->allreduce(flat);
+    cross_work_ = cross_->allreduce(flat);
+    const auto start = std::chrono::steady_clock::now();
     // Wait in slices: a lost peer's decision may come first (Note [Fault-tolerant steps], 4).
     for (;;) {
       try {
-        work->wait(std::chrono::milliseconds(50));
+        cross_work_->wait(std::chrono::milliseconds(50));
         break;
-      } catch (const TimeoutError&) {
+      } catch (const TimeoutError& e) {
+        // A collective that itself timed out is complete (and rethrows at once): failed.
+        if (cross_work_->is_completed() ||
+            std::chrono::steady_clock::now() - start >= options_.cross_timeout) {
+          say(std::string("the reduction across groups timed out (the step will not commit): ") +
+              e.what());
+          cross_ok_ = false;
+          break;
+        }
         if (decided(attempt_ + 1)) {
           cross_ok_ = false;
           break;
@@ -240,7 +281,7 @@ bool Manager::should_commit() {
   }
   Decision d = wait_decision(a);
   if (!d.has({options_.group, options_.incarnation})) {
-    throw DistributedError("replica group " + std::to_string(options_.group) +
+    throw DistributedError(where() + "replica group " + std::to_string(options_.group) +
                            " was dropped from the quorum at step " + std::to_string(step_) +
                            " (the coordinator lost its agent's beat); its agent restarts it "
                            "and it heals from a peer");

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include <algorithm>
 #include <thread>
 
 #include "dpx/errors.h"
@@ -46,7 +47,7 @@ TEST(FtProtocol, DecisionRoundTrips) {
 TEST(FtCoordinator, CommitsDropsAdmitsAndFinishes) {
   auto store = Store::hash();
   const Keys keys("ft/");
-  Coordinator coordinator(store, "ft/", {.min_groups = 1, .max_groups = 2, .drop_after = 300ms});
+  Coordinator coordinator(store, "ft/", {.min_groups = 1, .max_groups = 2, .drop_after = 2s});
   GroupBeat a(store, "ft/"), b(store, "ft/");
   ASSERT_NE(a.group(), b.group());
   store->set(keys.join(a.group()), "0");
@@ -80,7 +81,7 @@ TEST(FtCoordinator, CommitsDropsAdmitsAndFinishes) {
   const auto before = std::chrono::steady_clock::now();
   beat1.failed(1);
   d = wait_decision(*store, keys, 3);
-  EXPECT_LT(std::chrono::steady_clock::now() - before, 250ms);  // before drop_after
+  EXPECT_LT(std::chrono::steady_clock::now() - before, 1500ms);  // before drop_after
   EXPECT_FALSE(d.commit);
   EXPECT_EQ(d.members, members({{g0, 0}}));
   EXPECT_EQ(d.quorum, 2);
@@ -111,6 +112,37 @@ TEST(FtCoordinator, CommitsDropsAdmitsAndFinishes) {
   b.done();
   d = wait_decision(*store, keys, 7);
   EXPECT_TRUE(d.finished);
+}
+
+// With fewer than min_groups left, the decision waits for joiners; the source must be a group
+// that held the model all along, never a joiner admitted while it waited.
+TEST(FtCoordinator, WaitingForEnoughGroupsHealsEveryJoinerFromASurvivor) {
+  auto store = Store::hash();
+  const Keys keys("ft/");
+  Coordinator coordinator(store, "ft/", {.min_groups = 3, .max_groups = 3});
+  GroupBeat a(store, "ft/"), b(store, "ft/"), c(store, "ft/");
+  for (int g : {a.group(), b.group(), c.group()}) store->set(keys.join(g), "0");
+  Decision d = wait_decision(*store, keys, 0);
+  ASSERT_EQ(d.members.size(), 3u);
+  for (const auto& m : d.members) store->set(keys.vote(1, m.group), "1");
+  d = wait_decision(*store, keys, 1);
+  ASSERT_TRUE(d.commit);
+  // Two groups fail; the survivor votes; their next lives ask to join one after the other.
+  const int survivor = d.members[1].group, first = d.members[0].group, second = d.members[2].group;
+  for (auto* beat : {&a, &b, &c})
+    if (beat->group() != survivor) beat->failed(1);
+  store->set(keys.vote(2, survivor), "1");
+  std::this_thread::sleep_for(300ms);
+  store->set(keys.join(first), "1");
+  std::this_thread::sleep_for(300ms);
+  store->set(keys.join(second), "1");
+  d = wait_decision(*store, keys, 2);
+  EXPECT_FALSE(d.commit);
+  EXPECT_EQ(d.source, survivor);
+  std::vector<int> joiners = d.joiners;
+  std::sort(joiners.begin(), joiners.end());
+  EXPECT_EQ(joiners, (std::vector<int>{first, second}));
+  EXPECT_EQ(d.members.size(), 3u);
 }
 
 TEST(FtCoordinator, TooFewGroupsFailTheJobWithAReason) {

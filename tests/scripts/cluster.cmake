@@ -13,6 +13,13 @@ if(TARGET fashion_mnist AND TARGET dpxrun)
     set_tests_properties(cluster.${case} PROPERTIES LABELS "multiproc;cluster" TIMEOUT ${timeout}
       PASS_REGULAR_EXPRESSION "${case}: PASS" SKIP_REGULAR_EXPRESSION "SKIPPED")
   endforeach()
+  # A host that hangs (SIGSTOP) instead of dying: dropped on its agent's silence.
+  add_test(NAME cluster.fault_tolerant_stop
+    COMMAND env SIGNAL=STOP HOSTS=3
+            bash ${CMAKE_CURRENT_LIST_DIR}/cluster/fault_tolerant.sh $<TARGET_FILE:dpxrun>
+            $<TARGET_FILE:fashion_mnist> ${PROJECT_BINARY_DIR}/cluster_fault_tolerant_stop)
+  set_tests_properties(cluster.fault_tolerant_stop PROPERTIES LABELS "multiproc;cluster"
+    TIMEOUT 300 PASS_REGULAR_EXPRESSION "fault_tolerant: PASS" SKIP_REGULAR_EXPRESSION "SKIPPED")
   foreach(signal IN ITEMS KILL STOP)
     add_test(NAME cluster.ft_coordinator_${signal}
       COMMAND env LOSE_COORDINATOR=${signal} HOSTS=3

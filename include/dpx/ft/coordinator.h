@@ -20,6 +20,9 @@ struct CoordinatorOptions {
   int max_groups = 1;  // the first quorum forms as soon as this many groups joined
   // A group whose agent's beat stood still this long is dropped from the quorum.
   std::chrono::milliseconds drop_after{1000};
+  // A member whose agent beats but who has not voted this long after the first member did is
+  // dropped (its ranks hang). Above the Manager's cross_timeout, which bounds a slow reduction.
+  std::chrono::milliseconds vote_timeout{std::chrono::seconds(60)};
   // After min_groups joined, the first quorum waits this long for max_groups.
   std::chrono::milliseconds first_quorum_wait{30000};
   // With fewer than min_groups alive for this long, the job fails (every rank is told why).

@@ -102,11 +102,14 @@ class Manager {
   void make_cross(const detail::Decision& d);
   void heal(const detail::Decision& d);
   void say(const std::string& line) const;
+  std::string where() const;  // "[group G rank L/N host:pid] ", for errors
 
   ManagerOptions options_;
   std::shared_ptr<ProcessGroup> local_;
   std::shared_ptr<ProcessGroup> cross_;
-  std::vector<std::shared_ptr<ProcessGroup>> abandoned_;  // may still run a collective
+  std::shared_ptr<Work> cross_work_;  // cross_'s last collective
+  // Groups given up on, each with its last collective: dropped once that completed.
+  std::vector<std::pair<std::shared_ptr<ProcessGroup>, std::shared_ptr<Work>>> abandoned_;
   std::unique_ptr<detail::Decision> current_;  // the decision the next attempt runs under
   std::unique_ptr<State> state_;
   std::int64_t attempt_ = 0;  // the decision current_ is

@@ -6,8 +6,10 @@
 #   MODE=ft (default): dpxrun --fault-tolerant and the example's --fault-tolerant. Checks that
 #     the others commit a step within 2 s of each kill, that the revived host heals from a peer,
 #     and that at the end every rank of every host holds the same weights to the bit.
-#   MODE=restart: today's way, for comparison (bench/cluster_chaos.sh): --nnodes HOSTS,
+#   MODE=restart: today's way, for comparison (bench/cluster_ft.sh): --nnodes HOSTS,
 #     --max-restarts, checkpoints every 10 steps; every kill restarts every host.
+#   SIGNAL=STOP: the host is stopped instead (a hung machine); REVIVE s later it is killed and
+#     started again, as a watchdog would reboot it.
 #   LOSE_COORDINATOR=KILL|STOP (ft): host 0 itself is SIGKILLed or SIGSTOPped once training
 #     runs; the others must end with an error naming the coordinator within 60 s.
 # Prints "fault_tolerant: PASS" and a summary line per kill; writes $work/summary.json.
@@ -75,24 +77,28 @@ for ((i = 0; i < hosts; i++)); do start $i 0; done
 lives=()
 for ((i = 0; i < hosts; i++)); do lives[$i]=0; done
 
-# The step the job is at: the largest step any "dpx ft"/train line names (ft), or the
-# metrics' last train record (restart).
-committed_lines() { cat logs/host0.*.log 2>/dev/null | grep -c "committed with" ; }
 : > logs/kills
 for ((k = 1; k <= kills; k++)); do
   # Wait until training runs (the first step committed everywhere), then GAP + 0-4 s.
-  while ! grep -q "quorum\|resumed\|epoch 1/" logs/host0.*.log 2>/dev/null; do
+  while ! grep -q "quorum\|resumed\|epoch 1/" logs/host*.log 2>/dev/null; do
     kill -0 "${agents[0]}" 2>/dev/null || fail "host 0's agent ended before kill $k"
     sleep 0.2
   done
+  if [ "$mode" = restart ]; then  # the job trains again after the previous kill
+    while [ "$(cat logs/host*.log | grep -c "resumed from checkpoint")" -lt $((k - 1)) ]; do
+      kill -0 "${agents[0]}" 2>/dev/null || break
+      sleep 0.2
+    done
+  fi
   sleep "$((${GAP:-3} + RANDOM % 3)).$((RANDOM % 10))"
-  kill -0 "${agents[0]}" 2>/dev/null || { echo "fault_tolerant: the job ended before kill $k"; break; }
+  kill -0 "${agents[0]}" 2>/dev/null || fail "the job ended before kill $k (make it longer)"
   victim=$((1 + RANDOM % (hosts - 1)))
   t=$(now)
-  ip netns pids "$prefix$victim" | xargs -r kill -9
-  wait "${agents[$victim]}" 2>/dev/null
+  ip netns pids "$prefix$victim" | xargs -r kill -s "${SIGNAL:-KILL}"
   echo "$k $victim $t" >> logs/kills
   sleep "$revive"
+  ip netns pids "$prefix$victim" | xargs -r kill -9
+  wait "${agents[$victim]}" 2>/dev/null
   lives[$victim]=$((lives[$victim] + 1))
   start "$victim" "${lives[$victim]}"
   # The revived host's workers heal before the next kill (or 60 s pass).
