@@ -28,19 +28,7 @@ out=${OUT:-$(mktemp -d /tmp/dpx-cluster-XXXXXX)}
 mkdir -p "$out"
 : > "$out/status"
 echo "cluster_netns: $hosts hosts x $nper ranks, logs in $out" >&2
-cleanup() {
-  # Until none is left: an agent may fork a worker while the others are being killed.
-  for ((try = 0; try < 20; try++)); do
-    left=0
-    for ((i = 0; i < hosts; i++)); do
-      pids=$(ip netns pids "$prefix$i" 2>/dev/null)
-      [ -n "$pids" ] && left=1 && echo "$pids" | xargs -r kill -9 2>/dev/null
-    done
-    [ $left = 0 ] && break
-    sleep 0.1
-  done
-  bash "$here/scripts/netns_hosts.sh" down "$prefix" "$hosts"
-}
+cleanup() { bash "$here/scripts/netns_hosts.sh" down "$prefix" "$hosts"; }
 trap cleanup EXIT
 trap 'exit 143' TERM INT
 bash "$here/scripts/netns_hosts.sh" up "$prefix" "$hosts" "$subnet" ||

@@ -4,7 +4,7 @@
 # bridge in a namespace of its own (PREFIXsw), so they reach one another and nothing else, and
 # removing the namespaces removes every link. Needs root and iproute2.
 #   scripts/netns_hosts.sh up PREFIX N SUBNET       e.g. up dpxc 8 10.214.3
-#   scripts/netns_hosts.sh down PREFIX N
+#   scripts/netns_hosts.sh down PREFIX N           (kills what runs in them, then removes them)
 set -euo pipefail
 usage() { echo "usage: $0 up PREFIX N SUBNET | down PREFIX N" >&2; exit 2; }
 [ $# -ge 3 ] || usage
@@ -30,6 +30,16 @@ case "$1" in
     done
     ;;
   down)
+    # Every process in them first, until none is left: an agent may fork a worker meanwhile.
+    for ((try = 0; try < 20; try++)); do
+      left=0
+      for ((i = 0; i < n; i++)); do
+        pids=$(ip netns pids "$prefix$i" 2>/dev/null || true)
+        [ -n "$pids" ] && left=1 && { echo "$pids" | xargs -r kill -9 2>/dev/null || true; }
+      done
+      [ $left = 0 ] && break
+      sleep 0.1
+    done
     for ((i = 0; i < n; i++)); do ip netns del "$prefix$i" 2>/dev/null || true; done
     ip netns del "${prefix}sw" 2>/dev/null || true
     ;;
