@@ -136,6 +136,16 @@ class Coordinator::Loop {
     return true;
   }
 
+  // Of the groups asking to join, those that fit under max_groups, first come first; the others
+  // stand by (hot spares) until a member is lost.
+  std::vector<Member> room(const std::vector<Member>& members, std::vector<Member> asking) {
+    const size_t free = members.size() < static_cast<size_t>(options_.max_groups)
+                            ? options_.max_groups - members.size()
+                            : 0;
+    if (asking.size() > free) asking.resize(free);
+    return asking;
+  }
+
   Decision failed(std::int64_t attempt, std::string why) {
     Decision d;
     d.attempt = attempt;
@@ -152,6 +162,7 @@ class Coordinator::Loop {
       if (n >= options_.min_groups && !enough_since) enough_since = Clock::now();
       if (n >= options_.max_groups ||
           (enough_since && Clock::now() - *enough_since >= options_.first_quorum_wait)) {
+        ready.resize(std::min<size_t>(ready.size(), options_.max_groups));  // the rest stand by
         Decision d;
         d.members = ready;
         d.source = ready.front().group;
@@ -223,7 +234,7 @@ class Coordinator::Loop {
     d.attempt = a;
     d.commit = ok;
     d.step = cur.step + (ok ? 1 : 0);
-    const auto joiners = asking(members);
+    const auto joiners = room(members, asking(members));
     if (!joiners.empty()) {
       if (members.empty()) {
         return failed(a, "every replica group that held the model was lost at step " +
@@ -264,7 +275,7 @@ class Coordinator::Loop {
           (d.joining(m.group) ? joiners : survivors).push_back(m);
         }
       }
-      for (const auto& j : asking(d.members)) joiners.push_back(j);
+      for (const auto& j : room(d.members, asking(d.members))) joiners.push_back(j);
       if (survivors.empty()) {
         return failed(d.attempt, "every replica group that held the model was lost; resume "
                                  "from a checkpoint");

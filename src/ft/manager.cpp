@@ -140,7 +140,7 @@ bool Manager::join() {
   if (options_.local_rank == 0) {
     try {
       if (options_.store->check({keys.latest()}))
-        from[0] = std::stoll(options_.store->get(keys.latest()));
+        from[0] = static_cast<int64_t>(std::stoll(options_.store->get(keys.latest())));
       options_.store->set(keys.join(options_.group), std::to_string(options_.incarnation));
     } catch (const DistributedError& e) {
       lost_coordinator(e);

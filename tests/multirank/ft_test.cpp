@@ -47,7 +47,8 @@ TEST(FtProtocol, DecisionRoundTrips) {
 TEST(FtCoordinator, CommitsDropsAdmitsAndFinishes) {
   auto store = Store::hash();
   const Keys keys("ft/");
-  Coordinator coordinator(store, "ft/", {.min_groups = 1, .max_groups = 2, .drop_after = 2s});
+  Coordinator coordinator(store, "ft/", {.min_groups = 1, .max_groups = 3, .drop_after = 2s,
+                                         .first_quorum_wait = 200ms});
   GroupBeat a(store, "ft/"), b(store, "ft/");
   ASSERT_NE(a.group(), b.group());
   store->set(keys.join(a.group()), "0");
@@ -143,6 +144,30 @@ TEST(FtCoordinator, WaitingForEnoughGroupsHealsEveryJoinerFromASurvivor) {
   std::sort(joiners.begin(), joiners.end());
   EXPECT_EQ(joiners, (std::vector<int>{first, second}));
   EXPECT_EQ(d.members.size(), 3u);
+}
+
+// Groups beyond max_groups stand by, and one takes a lost member's place at the next decision.
+TEST(FtCoordinator, AHotSpareReplacesALostGroup) {
+  auto store = Store::hash();
+  const Keys keys("ft/");
+  Coordinator coordinator(store, "ft/", {.min_groups = 1, .max_groups = 2});
+  GroupBeat a(store, "ft/"), b(store, "ft/"), spare(store, "ft/");
+  for (int g : {a.group(), b.group(), spare.group()}) store->set(keys.join(g), "0");
+  Decision d = wait_decision(*store, keys, 0);
+  EXPECT_EQ(d.members, members({{a.group(), 0}, {b.group(), 0}}));
+  store->set(keys.vote(1, a.group()), "1");
+  store->set(keys.vote(1, b.group()), "1");
+  d = wait_decision(*store, keys, 1);
+  EXPECT_TRUE(d.commit);
+  EXPECT_EQ(d.members.size(), 2u);  // the spare still waits
+  EXPECT_TRUE(d.joiners.empty());
+  store->set(keys.vote(2, a.group()), "1");
+  b.failed(1);
+  d = wait_decision(*store, keys, 2);
+  EXPECT_FALSE(d.commit);
+  EXPECT_EQ(d.members, members({{a.group(), 0}, {spare.group(), 0}}));
+  EXPECT_EQ(d.source, a.group());
+  EXPECT_EQ(d.joiners, std::vector<int>{spare.group()});
 }
 
 TEST(FtCoordinator, TooFewGroupsFailTheJobWithAReason) {

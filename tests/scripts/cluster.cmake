@@ -20,6 +20,13 @@ if(TARGET fashion_mnist AND TARGET dpxrun)
             $<TARGET_FILE:fashion_mnist> ${PROJECT_BINARY_DIR}/cluster_fault_tolerant_stop)
   set_tests_properties(cluster.fault_tolerant_stop PROPERTIES LABELS "multiproc;cluster"
     TIMEOUT 300 PASS_REGULAR_EXPRESSION "fault_tolerant: PASS" SKIP_REGULAR_EXPRESSION "SKIPPED")
+  # A hot spare started with the job takes a lost host's place.
+  add_test(NAME cluster.fault_tolerant_spare
+    COMMAND env SPARE=1 HOSTS=4
+            bash ${CMAKE_CURRENT_LIST_DIR}/cluster/fault_tolerant.sh $<TARGET_FILE:dpxrun>
+            $<TARGET_FILE:fashion_mnist> ${PROJECT_BINARY_DIR}/cluster_fault_tolerant_spare)
+  set_tests_properties(cluster.fault_tolerant_spare PROPERTIES LABELS "multiproc;cluster"
+    TIMEOUT 300 PASS_REGULAR_EXPRESSION "fault_tolerant: PASS" SKIP_REGULAR_EXPRESSION "SKIPPED")
   foreach(signal IN ITEMS KILL STOP)
     add_test(NAME cluster.ft_coordinator_${signal}
       COMMAND env LOSE_COORDINATOR=${signal} HOSTS=3

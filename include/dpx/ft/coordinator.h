@@ -17,7 +17,9 @@ namespace dpx::ft {
 
 struct CoordinatorOptions {
   int min_groups = 1;  // no step runs with fewer replica groups (they wait for a joiner)
-  int max_groups = 1;  // the first quorum forms as soon as this many groups joined
+  // The first quorum forms as soon as this many groups joined, and no step has more: groups
+  // beyond it stand by (hot spares), healed and admitted when a member is lost.
+  int max_groups = 1;
   // A group whose agent's beat stood still this long is dropped from the quorum.
   std::chrono::milliseconds drop_after{1000};
   // A member whose agent beats but who has not voted this long after the first member did is

@@ -10,6 +10,9 @@
 #     --max-restarts, checkpoints every 10 steps; every kill restarts every host.
 #   SIGNAL=STOP: the host is stopped instead (a hung machine); REVIVE s later it is killed and
 #     started again, as a watchdog would reboot it.
+#   SPARE=1 (ft): the last host is a hot spare, started once the others train (--nnodes
+#     MIN:MAX counts one host fewer); a lost host is not started again: the spare takes its
+#     place, and the job ends with as many ranks as it started with.
 #   LOSE_COORDINATOR=KILL|STOP (ft): host 0 itself is SIGKILLed or SIGSTOPped once training
 #     runs; the others must end with an error naming the coordinator within 60 s.
 # Prints "fault_tolerant: PASS" and a summary line per kill; writes $work/summary.json.
@@ -45,8 +48,9 @@ fail() {
 
 args=(--epochs "${EPOCHS:-1}" --train-limit "${TRAIN_LIMIT:-16384}" --batch-size "${BATCH:-16}"
   ${EXAMPLE_ARGS:-})
+spare=${SPARE:-0}
 if [ "$mode" = ft ]; then
-  launch=(--nnodes "$((hosts - 1)):$hosts" --fault-tolerant --max-restarts 3)
+  launch=(--nnodes "$((hosts - 1 - spare)):$((hosts - spare))" --fault-tolerant --max-restarts 3)
   args+=(--fault-tolerant)
 else
   launch=(--nnodes "$hosts" --max-restarts "$((kills + 2))")
@@ -62,7 +66,14 @@ start() {
 }
 now() { date +%s.%N; }
 started=$(now)
-for ((i = 0; i < hosts; i++)); do start $i 0; done
+for ((i = 0; i < hosts - spare; i++)); do start $i 0; done
+if [ "$spare" = 1 ]; then
+  while ! grep -q "committed with" logs/host0.0.log 2>/dev/null; do
+    kill -0 "${agents[0]}" 2>/dev/null || fail "host 0's agent ended early"
+    sleep 0.2
+  done
+  start $((hosts - 1)) 0
+fi
 lives=()
 for ((i = 0; i < hosts; i++)); do lives[$i]=0; done
 
@@ -81,13 +92,21 @@ for ((k = 1; k <= kills; k++)); do
   fi
   sleep "$((${GAP:-3} + RANDOM % 3)).$((RANDOM % 10))"
   kill -0 "${agents[0]}" 2>/dev/null || fail "the job ended before kill $k (make it longer)"
-  victim=$((1 + RANDOM % (hosts - 1)))
+  victim=$((1 + RANDOM % (hosts - 1 - spare)))
   t=$(now)
   ip netns pids "$prefix$victim" | xargs -r kill -s "${SIGNAL:-KILL}"
   echo "$k $victim $t" >> logs/kills
   sleep "$revive"
   ip netns pids "$prefix$victim" | xargs -r kill -9
   wait "${agents[$victim]}" 2>/dev/null
+  if [ "$spare" = 1 ]; then  # not started again: the spare takes its place
+    agents[$victim]=""
+    for ((w = 0; w < 600; w++)); do
+      grep -q "healed from group" "logs/host$((hosts - 1)).0.log" 2>/dev/null && break
+      sleep 0.1
+    done
+    continue
+  fi
   lives[$victim]=$((lives[$victim] + 1))
   start "$victim" "${lives[$victim]}"
   # The revived host's workers heal before the next kill (or 60 s pass).
@@ -122,6 +141,7 @@ if [ -n "${LOSE_COORDINATOR:-}" ]; then
 fi
 status=0
 for ((i = 0; i < hosts; i++)); do
+  [ -n "${agents[$i]}" ] || continue  # lost for good (SPARE)
   wait "${agents[$i]}"; s=$?
   echo "host $i $s" >> logs/status
   [ $s = 0 ] || status=1
@@ -129,7 +149,7 @@ done
 ended=$(now)
 [ $status = 0 ] || fail "an agent failed: $(tr '\n' ' ' < logs/status)"
 
-python3 - "$mode" "$started" "$ended" "$((hosts * nper))" <<'PY' || fail "see above"
+python3 - "$mode" "$started" "$ended" "$(((hosts - spare) * nper))" <<'PY' || fail "see above"
 import glob, json, re, sys
 mode, started, ended, ranks = sys.argv[1], float(sys.argv[2]), float(sys.argv[3]), int(sys.argv[4])
 kills = [l.split() for l in open("logs/kills")]
@@ -164,7 +184,7 @@ if mode == "ft":
              "healed_s": healed[0] - t if healed else None}
         out["kills"].append(r)
         print("fault_tolerant: kill %s (host %s): the others committed a step %.2f s after, "
-              "the revived host healed %.2f s after" % (k, victim, r["others_commit_s"] or -1,
+              "its replacement healed %.2f s after" % (k, victim, r["others_commit_s"] or -1,
                                                           r["healed_s"] or -1))
         if commit is None or commit[0] - t > 2.0:
             problems.append("kill %s: the others did not commit within 2 s (%s)" %
