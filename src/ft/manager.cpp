@@ -1,5 +1,6 @@
 #include "dpx/ft/manager.h"
 
+#include <algorithm>
 #include <cstdio>
 
 #include "dpx/comm/init.h"
@@ -186,7 +187,9 @@ bool Manager::start_step() {
 
 void Manager::make_cross(const Decision& d) {
   // A group whose last collective may still run is kept until it completed.
-  std::erase_if(abandoned_, [](const auto& a) { return !a.second || a.second->is_completed(); });
+  abandoned_.erase(std::remove_if(abandoned_.begin(), abandoned_.end(),
+                                  [](const auto& a) { return !a.second || a.second->is_completed(); }),
+                   abandoned_.end());
   if (cross_) abandoned_.emplace_back(std::move(cross_), std::move(cross_work_));
   cross_work_.reset();
   quorum_ = d.quorum;
