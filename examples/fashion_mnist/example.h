@@ -64,6 +64,24 @@ inline void progress_bar(int64_t epoch, int64_t epochs, int64_t done, int64_t to
   if (!isatty(2) || done == total) std::fprintf(stderr, "\n");
 }
 
+// FNV-1a over the parameters' bytes, in order: equal on two ranks exactly when their weights are
+// equal to the bit (the run's end compares replicas by it).
+inline uint64_t parameter_hash(NetImpl& net) {
+  uint64_t hash = 1469598103934665603ull;
+  for (const auto& p : net.parameters()) {
+    const auto bytes = p.detach().to(torch::kCPU).contiguous();
+    const auto* b = static_cast<const unsigned char*>(bytes.data_ptr());
+    for (size_t i = 0; i < bytes.nbytes(); ++i) hash = (hash ^ b[i]) * 1099511628211ull;
+  }
+  return hash;
+}
+
+inline std::string hex_digest(uint64_t hash) {
+  char text[19];
+  std::snprintf(text, sizeof text, "0x%016llx", static_cast<unsigned long long>(hash));
+  return text;
+}
+
 // Training under dpxrun --fault-tolerant: replica groups that survive lost hosts.
 int run_fault_tolerant(const Flags& flags);
 

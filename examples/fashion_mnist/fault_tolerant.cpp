@@ -35,18 +35,6 @@ double evaluate(Net& net, const dpx::FashionMNIST& test, dpx::ProcessGroup& grou
   return sums[0].item<double>() / sums[1].item<double>();
 }
 
-std::string digest(Net& net) {
-  uint64_t hash = 1469598103934665603ull;  // FNV-1a over the parameters' bytes, in order
-  for (const auto& p : net->parameters()) {
-    const auto bytes = p.detach().contiguous();
-    const auto* b = static_cast<const unsigned char*>(bytes.data_ptr());
-    for (size_t i = 0; i < bytes.nbytes(); ++i) hash = (hash ^ b[i]) * 1099511628211ull;
-  }
-  char text[19];
-  std::snprintf(text, sizeof text, "0x%016llx", static_cast<unsigned long long>(hash));
-  return text;
-}
-
 }  // namespace
 
 int run_fault_tolerant(const Flags& flags) {
@@ -131,7 +119,7 @@ int run_fault_tolerant(const Flags& flags) {
   std::fprintf(stderr, "ft: group %d rank %d: step %lld, %lld commits, %lld not committed, "
                "%lld heal(s) received, digest %s\n", manager.group(), manager.local_rank(),
                (long long)manager.step(), (long long)s.commits, (long long)s.aborts,
-               (long long)s.heals_received, digest(net).c_str());
+               (long long)s.heals_received, hex_digest(parameter_hash(*net)).c_str());
   return 0;
 }
 

@@ -254,12 +254,7 @@ nlohmann::ordered_json setup_record(SetupTimes t, dpx::ProcessGroup& pg) {
 // parameters is gathered; returns it as hex, or throws on every rank naming the ranks that
 // differ from rank 0.
 std::string checked_replica_digest(Net& net, dpx::ProcessGroup& pg) {
-  uint64_t hash = 1469598103934665603ull;  // FNV-1a over the parameters' bytes, in order
-  for (const auto& p : net->parameters()) {
-    const auto bytes = p.detach().to(torch::kCPU).contiguous();
-    const auto* b = static_cast<const unsigned char*>(bytes.data_ptr());
-    for (size_t i = 0; i < bytes.nbytes(); ++i) hash = (hash ^ b[i]) * 1099511628211ull;
-  }
+  const uint64_t hash = example::parameter_hash(*net);
   // Gathered by a sum of one slot per rank: an all-reduce, which every backend runs on the
   // path DDP uses (the hierarchical backend makes its flat group only for all-gathers).
   auto all = torch::zeros({pg.size()}, torch::kInt64);
@@ -271,9 +266,7 @@ std::string checked_replica_digest(Net& net, dpx::ProcessGroup& pg) {
   if (!differ.empty())
     throw std::runtime_error("the replicas' weights differ after training: rank(s)" + differ +
                              " hold other weights than rank 0");
-  char digest[19];
-  std::snprintf(digest, sizeof digest, "0x%016llx", static_cast<unsigned long long>(hash));
-  return digest;
+  return example::hex_digest(hash);
 }
 
 // Loads the newest checkpoint into the model and the optimizer, if there is one, and returns

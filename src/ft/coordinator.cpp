@@ -47,9 +47,24 @@ using detail::Decision;
 using detail::Keys;
 using detail::Member;
 
-struct Seen {
-  std::string beat;
-  Clock::time_point changed;
+// When each group's beat last moved, as this process saw it: a beat that stands still for
+// drop_after means its agent is gone or stopped.
+class BeatWatch {
+ public:
+  // How long group g's beat, read now as `value`, has stood still (zero when first seen).
+  Clock::duration still(int g, const std::string& value) {
+    const auto now = Clock::now();
+    auto [it, fresh] = seen_.try_emplace(g, Seen{value, now});
+    if (!fresh && value != it->second.beat) it->second = {value, now};
+    return now - it->second.changed;
+  }
+
+ private:
+  struct Seen {
+    std::string beat;
+    Clock::time_point changed;
+  };
+  std::map<int, Seen> seen_;
 };
 
 class Coordinator::Loop {
@@ -89,13 +104,9 @@ class Coordinator::Loop {
 
   // Its agent's beat moved within drop_after and the agent did not leave.
   bool alive(int g) {
-    const auto now = Clock::now();
     const auto k = keys_.beat(g);
     if (!store_.check({k}) || flag(keys_.left(g))) return false;
-    const std::string v = store_.get(k);
-    auto [it, fresh] = seen_.try_emplace(g, Seen{v, now});
-    if (!fresh && v != it->second.beat) it->second = {v, now};
-    return now - it->second.changed < options_.drop_after;
+    return beats_.still(g, store_.get(k)) < options_.drop_after;
   }
 
   bool lost(const Member& m) {
@@ -302,7 +313,7 @@ class Coordinator::Loop {
   const CoordinatorOptions& options_;
   const std::atomic<bool>& stop_;
   std::atomic<std::int64_t>& published_;
-  std::map<int, Seen> seen_;
+  BeatWatch beats_;
   std::set<std::pair<int, int>> dropped_;  // (group, incarnation) lives dropped for good
   Clock::time_point last_beat_{};
 };
@@ -332,7 +343,7 @@ void Coordinator::run() {
 void Coordinator::await_groups(std::chrono::milliseconds timeout) {
   const Keys keys(prefix_);
   const auto deadline = Clock::now() + timeout;
-  std::map<int, Seen> seen;
+  BeatWatch beats;
   try {
     while (Clock::now() < deadline) {
       const int ids = static_cast<int>(store_->add(keys.groups(), 0));
@@ -340,9 +351,7 @@ void Coordinator::await_groups(std::chrono::milliseconds timeout) {
       for (int g = 0; g < ids && all; ++g) {
         if (store_->check({keys.done(g)}) || store_->check({keys.left(g)})) continue;
         const std::string beat = store_->check({keys.beat(g)}) ? store_->get(keys.beat(g)) : "";
-        auto [it, fresh] = seen.try_emplace(g, Seen{beat, Clock::now()});
-        if (!fresh && beat != it->second.beat) it->second = {beat, Clock::now()};
-        all = Clock::now() - it->second.changed >= options_.drop_after;
+        all = beats.still(g, beat) >= options_.drop_after;
       }
       if (all) return;
       std::this_thread::sleep_for(std::chrono::milliseconds(100));
