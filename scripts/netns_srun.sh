@@ -12,13 +12,15 @@
 # printed).
 #   scripts/netns_srun.sh NPER PROGRAM [ARGS...]     env: DPX_NETNS_TIMEOUT=120 (srun's limit)
 #
-# Note [Two Slurm nodes on one machine]: slurmd runs under `nsenter --net` (not `ip netns exec`,
-# whose fresh /sys lacks /sys/fs/cgroup, where slurmd fails "Unable to initialize cgroup plugin").
-# With both nodes' slurmstepd sharing /tmp, the second fails the step ("mpi/pmix_v4: pmixp_mkdir:
-# Cannot create directory /tmp/spmix_appdir_0_JOB.0: File exists"): TmpFS=DIR/%n separates them.
-# With a shared hostname and /dev/shm, OpenMPI's shared-memory segments of the two nodes' ranks
-# collide (named by host, job and local rank): a segfault in mca_btl_vader_poll_handle_frag
-# during MPI_Init. So each slurmd runs in its own UTS and mount namespace.
+# Note [Two Slurm nodes on one machine]
+# slurmd runs under `nsenter --net`, not `ip netns exec`, whose fresh /sys lacks /sys/fs/cgroup
+# (slurmd: "Unable to initialize cgroup plugin"). With both nodes' slurmstepd sharing /tmp, the
+# second fails the step ("mpi/pmix_v4: pmixp_mkdir: Cannot create directory
+# /tmp/spmix_appdir_0_JOB.0: File exists"): TmpFS=DIR/%n separates them. With a shared hostname
+# and /dev/shm, OpenMPI's shared-memory segments of the two nodes' ranks collide (named by host,
+# job and local rank): a segfault in mca_btl_vader_poll_handle_frag during MPI_Init; either a
+# hostname or a /dev/shm of each node's own is enough, each slurmd gets both (its own UTS and
+# mount namespace), and an /etc/hosts naming the nodes.
 set -uo pipefail
 nper=$1
 shift
