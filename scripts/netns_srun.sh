@@ -90,7 +90,7 @@ fi
 in_host 0 srun --mpi=list 2>&1 | grep -q pmix || skip "this Slurm has no pmix plugin (srun --mpi=list)"
 # In the background: a signal to this script is handled at once (and cleans up), not once srun
 # ends.
-in_host 0 timeout "${DPX_NETNS_TIMEOUT:-120}" srun --mpi=pmix --nodes 2 \
+in_host 0 timeout -k 10 "${DPX_NETNS_TIMEOUT:-120}" srun --mpi=pmix --nodes 2 \
   --ntasks-per-node "$nper" --time 5 "$@" &
 wait $!
 rc=$?

@@ -14,6 +14,10 @@ set -uo pipefail
 tests=$1 dpxrun=$2 worker=$3
 run=$(cd "$(dirname "$0")" && pwd)/../../../scripts/netns_srun.sh
 unset RANK WORLD_SIZE LOCAL_RANK LOCAL_WORLD_SIZE GROUP_RANK MASTER_ADDR MASTER_PORT
+# Each srun's limit: four of them (with the cluster's start, at most 30 s, and srun's 10 s to end)
+# and two references (60 s each) stay within CTest's TIMEOUT (700 s), whose SIGKILL would leave
+# the namespaces behind.
+export DPX_NETNS_TIMEOUT=${DPX_NETNS_TIMEOUT:-90}
 dir=$(mktemp -d /tmp/dpx-srun-two-XXXXXX)
 trap 'rm -rf "$dir"' EXIT
 status=0
@@ -24,7 +28,8 @@ srun_two() {
   out=$(bash "$run" "$@" 2>&1)
   rc=$? took=$((SECONDS - start))
   if [ "$rc" = 77 ]; then echo "srun_two_nodes: SKIPPED: $(tail -n 1 <<< "$out")"; exit 0; fi
-  grep -q 'steps launched: dpxn0 1, dpxn1 1' <<< "$out" || { fail "not one step on each node" "$out"; return 1; }
+  grep -q 'steps launched: dpxn0 1, dpxn1 1' <<< "$out" ||
+    { fail "not one step on each node" "$out"; return 1; }
 }
 
 # What the mpi tests check of the collectives' results and of the setup; the parity tests
@@ -60,7 +65,8 @@ for case in "mpi 1" "hierarchical-mpi 2"; do
   np=$((2 * per_node)) ref=$dir/ref$np got=$dir/$backend
   mkdir -p "$ref" "$got"
   if [ ! -f "$ref/params" ]; then
-    ref_out=$("$dpxrun" --standalone --nproc-per-node "$np" "$worker" train "$ref" 2>&1) ||
+    ref_out=$(timeout 60 "$dpxrun" --standalone --nproc-per-node "$np" "$worker" train "$ref" \
+      2>&1) ||
       { fail "the reference (dpxrun, $np ranks on gloo)" "$ref_out"; continue; }
   fi
   DPX_TEST_BACKEND=$backend srun_two "$per_node" "$worker" train "$got" || continue
