@@ -27,7 +27,8 @@ shift
 skip() { echo "netns_srun: $*" >&2; exit 77; }
 [ "$(id -u)" = 0 ] || skip "slurmd and network namespaces need root"
 for tool in ip nsenter unshare hostname slurmctld slurmd srun sinfo; do
-  command -v "$tool" >/dev/null || skip "$tool is missing (scripts/setup.sh installs iproute2, slurm-wlm)"
+  command -v "$tool" >/dev/null ||
+    skip "$tool is missing (scripts/setup.sh installs iproute2, slurm-wlm)"
 done
 hosts=$(cd "$(dirname "$0")" && pwd)/netns_hosts.sh
 id=$$
@@ -75,7 +76,8 @@ export SLURM_CONF=$dir/slurm.conf
 in_host 0 slurmctld -D -i -f "$SLURM_CONF" > "$dir/slurmctld.out" 2>&1 &
 for i in 0 1; do
   in_host "$i" unshare --uts --mount sh -c "hostname dpxn$i && mount -t tmpfs tmpfs /dev/shm &&
-    mount --bind $dir/hosts /etc/hosts && exec slurmd -D -N dpxn$i -f $SLURM_CONF" > "$dir/slurmd$i.out" 2>&1 &
+    mount --bind $dir/hosts /etc/hosts && exec slurmd -D -N dpxn$i -f $SLURM_CONF" \
+    > "$dir/slurmd$i.out" 2>&1 &
 done
 state=
 for ((try = 0; try < 60; try++)); do
@@ -87,7 +89,8 @@ if [ "$state" != idle ]; then
   for f in "$dir"/*.out; do echo "--- $f"; tail -n 20 "$f"; done >&2
   skip "the two-node Slurm cluster did not come up within 30 s (sinfo: '$state')"
 fi
-in_host 0 srun --mpi=list 2>&1 | grep -q pmix || skip "this Slurm has no pmix plugin (srun --mpi=list)"
+in_host 0 srun --mpi=list 2>&1 | grep -q pmix ||
+  skip "this Slurm has no pmix plugin (srun --mpi=list)"
 # In the background: a signal to this script is handled at once (and cleans up), not once srun
 # ends.
 in_host 0 timeout -k 10 "${DPX_NETNS_TIMEOUT:-120}" srun --mpi=pmix --nodes 2 \

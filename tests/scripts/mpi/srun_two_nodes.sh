@@ -22,7 +22,8 @@ dir=$(mktemp -d /tmp/dpx-srun-two-XXXXXX)
 trap 'rm -rf "$dir"' EXIT
 status=0
 fail() { echo "FAIL: $1"; echo "$2" | tail -n 40; status=1; }
-# srun_two NPER PROGRAM [ARGS...]: sets out, rc and took; exits the script with SKIPPED where it cannot run.
+# srun_two NPER PROGRAM [ARGS...]: sets out, rc and took; exits the script with SKIPPED where it
+# cannot run.
 srun_two() {
   local start=$SECONDS
   out=$(bash "$run" "$@" 2>&1)
