@@ -28,7 +28,11 @@ srun_two() {
   local start=$SECONDS
   out=$(bash "$run" "$@" 2>&1)
   rc=$? took=$((SECONDS - start))
-  if [ "$rc" = 77 ]; then echo "srun_two_nodes: SKIPPED: $(tail -n 1 <<< "$out")"; exit 0; fi
+  if [ "$rc" = 77 ]; then
+    head -n -1 <<< "$out"  # the daemons' logs, where the cluster did not come up
+    echo "srun_two_nodes: SKIPPED: $(tail -n 1 <<< "$out")"
+    exit 0
+  fi
   grep -q 'steps launched: dpxn0 1, dpxn1 1' <<< "$out" ||
     { fail "not one step on each node" "$out"; return 1; }
 }
