@@ -23,7 +23,7 @@ packages=(
   iproute2                    # network-namespace tests of dpxrun
   libcli11-dev                # command lines of dpxrun, dpx-bench and the example
   nlohmann-json3-dev          # error files, metrics and benchmark output
-  slurm-wlm                   # srun/sbatch tests: a private one-node cluster, no munge
+  slurm-wlm                   # srun/sbatch tests: private one- and two-node clusters, no munge; pmix plugin
 )
 
 missing=()

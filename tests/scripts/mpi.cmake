@@ -31,6 +31,13 @@ if(DPX_WITH_MPI AND DPX_MPIEXEC)
       ${DPX_MPIEXEC} $<TARGET_FILE:dpx_mpi_tests>)
     set_tests_properties(mpi.two_hosts PROPERTIES LABELS "multiproc;mpi" TIMEOUT 300
       PASS_REGULAR_EXPRESSION "two_hosts: PASS" SKIP_REGULAR_EXPRESSION "two_hosts: SKIPPED")
+    # Slurm's srun --mpi=pmix on a private two-node cluster of namespace hosts (srun_two_nodes.sh,
+    # scripts/netns_srun.sh): the mpi tests, and DDP training on mpi and hierarchical-mpi.
+    add_test(NAME mpi.srun_two_nodes COMMAND bash ${CMAKE_CURRENT_LIST_DIR}/mpi/srun_two_nodes.sh
+      $<TARGET_FILE:dpx_mpi_tests> $<TARGET_FILE:dpxrun> $<TARGET_FILE:dpx_test_worker>)
+    set_tests_properties(mpi.srun_two_nodes PROPERTIES LABELS "multiproc;mpi" TIMEOUT 700
+      PASS_REGULAR_EXPRESSION "srun_two_nodes: PASS"
+      SKIP_REGULAR_EXPRESSION "srun_two_nodes: SKIPPED")
   endif()
   # The example over mpi under the MPI's launcher (example.sh).
   if(TARGET fashion_mnist)

@@ -96,6 +96,10 @@ SlurmCluster::~SlurmCluster() {
     // Jobs first, so that no task outlives the test; scancel returns once they are signalled.
     std::system(("SLURM_CONF=" + dir_.path() + "/slurm.conf timeout 10 scancel --full "
                  "--user=root >/dev/null 2>&1").c_str());
+    // Then until the controller has no job left (bounded): a batch step that outlives it keeps
+    // its slurmstepd (reparented to init) retrying to report the end, for good.
+    const std::string squeue = "SLURM_CONF=" + dir_.path() + "/slurm.conf squeue -h 2>&1";
+    wait_until([&] { return sh_output(squeue).empty(); }, seconds(15));
   }
   slurmd_.reset();  // SIGKILL to each daemon's process group
   ctld_.reset();
