@@ -1,6 +1,6 @@
 // The mpi backend: MPI's non-blocking collectives behind dpx's interface, set up from
 // MPI_COMM_WORLD without a store (docs/backends.md, "The mpi backend"). Where dpx was built
-// without MPI (cmake/dpx_mpi.cmake), both calls are a clear error that names what to install.
+// without MPI (cmake/dpx_mpi.cmake), each call is a clear error that names what to install.
 #pragma once
 
 #include <memory>
