@@ -3,8 +3,6 @@
 // It keeps each thread's current device and streams, as CUDA does, and answers for 8 devices;
 // no test here launches a kernel or allocates device memory.
 #include <c10/core/StreamGuard.h>
-#include <c10/core/impl/DeviceGuardImplInterface.h>
-#include <c10/core/impl/FakeGuardImpl.h>
 #include <torch/torch.h>
 
 #include <atomic>
@@ -13,29 +11,14 @@
 #include "comm/coordination/issuer.h"
 #include "observe/stall_inspector.h"
 #include "dpx/dpx.h"
+#include "support/fake_cuda_devices.h"
 
 namespace dpx {
 namespace {
 
-using FakeCuda = c10::impl::FakeGuardImpl<c10::DeviceType::CUDA>;
+using test::FakeCuda;
+using test::FakeCudaDevices;
 using std::chrono::milliseconds;
-
-// The fake is CUDA's device guard while this lives; then what was there is again (LibTorch's
-// own in a CUDA build, none in a CPU one).
-class FakeCudaDevices {
- public:
-  FakeCudaDevices() : previous_(slot().load()) { slot().store(&fake_); }
-  ~FakeCudaDevices() { slot().store(previous_); }
-  FakeCudaDevices(const FakeCudaDevices&) = delete;
-  FakeCudaDevices& operator=(const FakeCudaDevices&) = delete;
-
- private:
-  static std::atomic<const c10::impl::DeviceGuardImplInterface*>& slot() {
-    return c10::impl::device_guard_impl_registry[static_cast<size_t>(c10::DeviceType::CUDA)];
-  }
-  FakeCuda fake_;
-  const c10::impl::DeviceGuardImplInterface* previous_;
-};
 
 std::atomic<int> g_polled_on{-1};
 

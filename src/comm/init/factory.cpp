@@ -28,8 +28,11 @@ std::shared_ptr<ProcessGroup> make_group(Backend asked, const BackendArgs& args)
               "dpx runs groups on the CPU or on CUDA devices");
   BackendArgs host = args;
   host.options.device = at::kCPU;
-  // MPI knows its ranks: no store round (the store may be null), and auto never picks it.
+  // MPI knows its ranks: no store round (the store may be null), and auto never picks it. On a
+  // CUDA device a CUDA-aware MPI takes the tensors as they are (Note [CUDA-aware MPI] in
+  // comm/backends/mpi/cuda_path.h); any other is staged.
   if (asked == Backend::kMpi) {
+    if (on_device && mpi_takes_cuda_pointers(args)) return make_mpi_group(args);
     auto group = make_mpi_group(host);
     return on_device ? make_staged_group(std::move(group), args.options) : group;
   }

@@ -10,10 +10,14 @@
 #include <climits>
 
 #include "comm/backends/mpi/collective.h"
+#include "comm/backends/mpi/cuda_query.h"
 #include "comm/backends/mpi/datatypes.h"
+#include "comm/backends/mpi/direct.h"
 #include "comm/backends/mpi/runtime.h"
 #include "comm/backends/mpi/subgroup.h"
 #include "comm/coordination/consistency.h"
+#include "dpx/runtime/cuda.h"
+#include "runtime/env_read.h"
 
 namespace dpx::detail {
 namespace {
@@ -43,8 +47,9 @@ class MpiGroup : public ProcessGroup {
 
 MpiGroup::MpiGroup(const BackendArgs& args)
     : ProcessGroup(args.rank, args.size, args.options), runtime_(mpi::Runtime::instance()) {
-  TORCH_CHECK(args.options.device.is_cpu(), where(), "the mpi backend of dpx works on CPU tensors; "
-              "the factory stages CUDA tensors through host memory");
+  // CUDA only under a direct group, which hands over tensors once their stream reached them.
+  TORCH_INTERNAL_ASSERT(args.options.device.is_cpu() || args.options.device.is_cuda(),
+                        "an mpi group on ", args.options.device);
   if (args.members.empty()) {
     TORCH_CHECK(args.rank == runtime_.rank() && args.size == runtime_.size(), where(),
                 "an mpi group without a member list is every rank of MPI_COMM_WORLD (rank ",
@@ -208,7 +213,16 @@ MpiWorld mpi_world(int rank, int size) {
 }
 
 std::shared_ptr<ProcessGroup> make_mpi_group(const BackendArgs& args) {
-  return std::make_shared<MpiGroup>(args);
+  auto group = std::make_shared<MpiGroup>(args);
+  if (args.options.device.is_cpu()) return group;
+  return mpi::make_direct_group(std::move(group), args.options);
+}
+
+bool mpi_takes_cuda_pointers(const BackendArgs& args) {
+  TORCH_INTERNAL_ASSERT(args.options.device.is_cuda());
+  const mpi::CudaPathInputs in{cuda::built(), mpi::mpi_cuda_support(),
+                               env_string("DPX_MPI_CUDA_AWARE")};
+  return mpi::choose_cuda_path(in, where(args.rank, args.size)) == mpi::CudaPath::kDirect;
 }
 
 }  // namespace dpx::detail
@@ -232,6 +246,8 @@ MpiWorld mpi_world(int, int) { no_mpi(""); }
 std::shared_ptr<ProcessGroup> make_mpi_group(const BackendArgs& args) {
   no_mpi(where(args.rank, args.size));
 }
+
+bool mpi_takes_cuda_pointers(const BackendArgs& args) { no_mpi(where(args.rank, args.size)); }
 
 }  // namespace dpx::detail
 
