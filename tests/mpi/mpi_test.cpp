@@ -366,6 +366,54 @@ TEST(MpiFaults, RankThatStopsArrivingEndsInTimeoutError) {
   EXPECT_TRUE(torch::equal(t, at::full({2}, world, at::kFloat)));
 }
 
+// A rank stopped (SIGSTOP) in the middle of a large all-reduce's data exchange: the others end
+// within the group's timeout, not in a hang (MPI itself has no timeout: a collective blocked
+// inside MPI would wait for the stopped rank for ever). Usually with TimeoutError; where the
+// MPI let them read the stopped rank's part without it (OpenMPI's single-copy transfers can),
+// their all-reduce finishes. They then let the stopped rank go on (SIGCONT); its own wait may
+// finish or fail.
+TEST(MpiFaults, RankStoppedInTheDataExchangeEndsWithinTheTimeout) {
+  auto pg = mpi_group(milliseconds(1500));
+  const int world = pg->size(), stopped = world - 1;
+  auto pids = at::zeros({world}, at::kLong);
+  pids[pg->rank()] = static_cast<int64_t>(::getpid());
+  pg->allreduce(pids)->wait();
+  // 512 MiB: its exchange lasts well over the 5 ms after which the stop lands (the descriptors'
+  // exchange before it takes microseconds).
+  auto t = at::ones({128 << 20});
+  std::thread stopper;
+  if (pg->rank() == stopped) {
+    stopper = std::thread([] {
+      std::this_thread::sleep_for(milliseconds(5));
+      std::raise(SIGSTOP);
+    });
+  }
+  const auto t0 = Clock::now();
+  auto work = pg->allreduce(t);
+  if (pg->rank() != stopped) {
+    try {
+      work->wait();
+      EXPECT_TRUE(torch::equal(t, at::full({1}, world, at::kFloat).expand_as(t)));
+    } catch (const TimeoutError& e) {
+      EXPECT_NE(std::string(e.what()).find("allreduce(sum)"), std::string::npos) << e.what();
+    }
+    EXPECT_LT(seconds_since(t0), 5.0);
+    ::kill(static_cast<pid_t>(pids[stopped].item<int64_t>()), SIGCONT);
+  } else {
+    try {
+      work->wait();
+    } catch (const DistributedError&) {
+      // The peers gave up on it; whether it then completes depends on their MPI.
+    }
+    stopper.join();
+  }
+  // Every rank goes on with a new group.
+  auto next = mpi_group();
+  auto one = at::ones({2});
+  next->allreduce(one)->wait();
+  EXPECT_TRUE(torch::equal(one, at::full({2}, world, at::kFloat)));
+}
+
 template <typename Holder>
 std::vector<torch::Tensor> detached(const Holder& m) {
   std::vector<torch::Tensor> out;
