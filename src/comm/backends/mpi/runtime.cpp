@@ -166,6 +166,7 @@ void Runtime::run() {
   using Clock = std::chrono::steady_clock;
   std::vector<std::shared_ptr<Task>> active;
   std::deque<Item> intake;
+  Context context;
   auto last_done = Clock::now();
   for (;;) {
     if (active.empty()) {
@@ -206,7 +207,8 @@ void Runtime::run() {
     bool finished = false;
     std::size_t kept = 0;
     for (std::size_t i = 0; i < active.size(); ++i) {
-      const Task::State s = active[i]->poll();
+      context.alone = active.size() == 1 && queued_.load(std::memory_order_acquire) == 0;
+      const Task::State s = active[i]->poll(context);
       if (s == Task::State::kDone) {
         finished = true;
         continue;

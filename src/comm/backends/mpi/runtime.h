@@ -36,6 +36,13 @@
 
 namespace dpx::detail::mpi {
 
+// What the MPI thread tells a task it polls, and what tasks tell each other through it
+// (Note [Blocking data step] in collective.h).
+struct Context {
+  bool alone = false;  // the task polled is the only one in flight, and nothing is queued
+  int undecided = 0;   // collectives that published "may block" and have not yet chosen
+};
+
 // One collective's steps on the MPI thread.
 class Task {
  public:
@@ -47,7 +54,7 @@ class Task {
   };
   virtual ~Task() = default;
   // On the MPI thread: first when the task is taken in, then at every poll.
-  virtual State poll() = 0;
+  virtual State poll(Context& context) = 0;
 };
 
 class Runtime {
