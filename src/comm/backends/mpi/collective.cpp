@@ -2,7 +2,6 @@
 #if DPX_WITH_MPI
 #include "comm/backends/mpi/collective.h"
 
-#include <sched.h>
 
 #include <algorithm>
 
@@ -31,12 +30,10 @@ std::string MpiWork::describe() {
 
 void MpiWork::wait(std::chrono::milliseconds timeout) {
   // A small collective finishes within microseconds, sooner than a sleeping thread wakes up:
-  // look a few times first (yielding, for ranks that share cores), then sleep.
+  // make its MPI calls here for a while (Note [MPI thread], step 4), then sleep.
   const auto spin_until = std::chrono::steady_clock::now() + std::min<std::chrono::microseconds>(
       kWaitSpin, timeout);
-  while (!done_.load(std::memory_order_acquire) && std::chrono::steady_clock::now() < spin_until) {
-    sched_yield();
-  }
+  channel_->runtime->help(done_, spin_until);
   std::unique_lock<std::mutex> lock(mutex_);
   if (!cv_.wait_for(lock, timeout, [&] { return done_.load(std::memory_order_relaxed); })) {
     throw TimeoutError(channel_->where + "mpi: " + describe() + ": " +

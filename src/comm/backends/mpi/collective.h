@@ -87,7 +87,8 @@ struct Channel {
   int size = 1;
   std::string where;
   std::chrono::milliseconds timeout{0};
-  // MPI thread only.
+  Runtime* runtime = nullptr;
+  // MPI thread only (or a waiter helping it: Note [MPI thread], step 4).
   MPI_Comm data = MPI_COMM_NULL;   // the collectives' data
   MPI_Comm check = MPI_COMM_NULL;  // their descriptors (step 1)
   bool closed = false;             // the group was destroyed; its communicators are freed

@@ -63,6 +63,7 @@ MpiGroup::MpiGroup(const BackendArgs& args)
   channel_->size = size();
   channel_->where = where();
   channel_->timeout = options().timeout;
+  channel_->runtime = &runtime_;
   // A sub-group's own communicator first, by its members only; both are then duplicated from
   // it (or from MPI_COMM_WORLD), and it is freed.
   const MPI_Comm parent = args.members.empty() ? MPI_COMM_WORLD :
