@@ -112,6 +112,7 @@ Task::State Collective::take_in(Context& context) {
   work_->number(mine_.call.seq);
   // Note [Blocking data step], step 1.
   mine_.may_block = context.alone;
+  mine_.host = ch_->runtime->host();
   if (context.alone) {
     undecided_ = true;
     ++context.undecided;
@@ -182,8 +183,9 @@ Task::State Collective::advance(Context& context) {
       }
       if (auto mismatch = compare()) return fail(mismatch);
       // Note [Blocking data step], step 2: every rank sees the same bits.
-      const bool block = std::all_of(all_.begin(), all_.end(),
-                                     [](const Published& p) { return p.may_block != 0; });
+      const bool block = std::all_of(all_.begin(), all_.end(), [&](const Published& p) {
+        return p.may_block != 0 && p.host == mine_.host;
+      });
       if (block) {
         rc = step_.start(ch_->data, nullptr);
         if (rc != MPI_SUCCESS) return fail(mpi_error(rc, "the collective"));

@@ -33,6 +33,7 @@
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <cstdint>
 #include <deque>
 #include <exception>
 #include <functional>
@@ -75,6 +76,8 @@ class Runtime {
   int size() const { return size_; }
   // "Open MPI v4.1.4, ..." (MPI_Get_library_version's first line).
   const std::string& library() const { return library_; }
+  // This process's host, as a hash (Note [Blocking data step] in collective.h).
+  std::uint64_t host() const { return host_; }
 
   // Runs `fn` where MPI calls are made (the MPI thread, or a waiter in its stead: step 4) and
   // returns when it did, rethrowing what it threw. False (and `fn` not run) once the thread
@@ -103,6 +106,7 @@ class Runtime {
   int rank_ = 0;
   int size_ = 1;
   std::string library_;
+  std::uint64_t host_ = 0;
   bool owns_mpi_ = false;  // we initialised MPI, so we finalise it
 
   std::mutex mutex_;
