@@ -36,7 +36,7 @@
 //     are set and all ranks are on one host, else it is non-blocking: MPI forbids matching a
 //     blocking collective with a non-blocking one, so all ranks must choose alike. One host:
 //     across two hosts (network namespaces) over OpenMPI 4.1's TCP transport, the blocking
-//     all-reduce took 4-24 ms a call where the polled non-blocking one took 0.16-11 ms
+//     all-reduce took 4-24 ms a call where the polled non-blocking one took 0.15-12.5 ms
 //     (docs/performance.md), so there the step stays non-blocking.
 //  3. While a collective that published "may block" has not chosen, its rank makes no other
 //     blocking MPI call: later collectives publish "may not" (they are not alone), and a
