@@ -53,8 +53,9 @@
 //    collectives buys nothing; the callers' threads keep computing, so DDP's buckets still
 //    overlap backward).
 //  - The group's timeout cannot end a blocking data step. Every rank reaches it at once (all
-//    took it in while idle); a rank that dies in it ends the job (mpirun), a caller's own wait
-//    still times out, and a rank frozen in it (SIGSTOP) holds its peers until it resumes. One
+//    took it in while idle); a rank that dies in it ends the job (mpirun), and a rank frozen in
+//    it (SIGSTOP) holds its peers until it resumes: their callers' waits time out, except that
+//    of a caller making the step itself (Note [MPI thread], step 4), which returns with it. One
 //    race is left: a rank whose all-gather misses the group's timeout by a hair fails the
 //    collective while a peer, whose all-gather completed, blocks in the data step for good.
 //  - A member whose collective may still block starts a sub-group's handshake only once it

@@ -25,7 +25,9 @@
 //     only that calls never overlap): it takes in what is queued and polls every task in
 //     flight, as the thread would. mpirun binds a rank to one core, which the caller and the
 //     thread then share: a small collective completes without the two context switches of a
-//     hand-over and back. What the caller leaves in flight, it wakes the thread to poll.
+//     hand-over and back. What the caller leaves in flight, it wakes the thread to poll. A
+//     caller inside a blocking data step (Note [Blocking data step] in collective.h) returns
+//     when it ends, even past its wait's timeout.
 #pragma once
 
 #include <mpi.h>
