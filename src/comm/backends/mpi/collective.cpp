@@ -2,7 +2,6 @@
 #if DPX_WITH_MPI
 #include "comm/backends/mpi/collective.h"
 
-#include <sched.h>
 
 #include <algorithm>
 
@@ -31,12 +30,10 @@ std::string MpiWork::describe() {
 
 void MpiWork::wait(std::chrono::milliseconds timeout) {
   // A small collective finishes within microseconds, sooner than a sleeping thread wakes up:
-  // look a few times first (yielding, for ranks that share cores), then sleep.
+  // make its MPI calls here for a while (Note [MPI thread], step 4), then sleep.
   const auto spin_until = std::chrono::steady_clock::now() + std::min<std::chrono::microseconds>(
       kWaitSpin, timeout);
-  while (!done_.load(std::memory_order_acquire) && std::chrono::steady_clock::now() < spin_until) {
-    sched_yield();
-  }
+  channel_->runtime->help(done_, spin_until);
   std::unique_lock<std::mutex> lock(mutex_);
   if (!cv_.wait_for(lock, timeout, [&] { return done_.load(std::memory_order_relaxed); })) {
     throw TimeoutError(channel_->where + "mpi: " + describe() + ": " +
@@ -73,7 +70,7 @@ void MpiWork::complete(std::exception_ptr error) {
 
 Collective::Collective(std::shared_ptr<Channel> channel, const CollectiveDescriptor& desc,
                        DataStep step, std::shared_ptr<MpiWork> work)
-    : ch_(std::move(channel)), mine_(desc), step_(std::move(step)), work_(std::move(work)),
+    : ch_(std::move(channel)), mine_{desc}, step_(std::move(step)), work_(std::move(work)),
       deadline_(std::chrono::steady_clock::now() + ch_->timeout) {}
 
 std::exception_ptr Collective::mpi_error(int rc, const char* call) {
@@ -105,17 +102,25 @@ Task::State Collective::time_out(const char* waiting_for) {
   return request_ == MPI_REQUEST_NULL ? State::kDone : State::kLingering;
 }
 
-Task::State Collective::take_in() {
+Task::State Collective::take_in(Context& context) {
   if (auto failed = ch_->failure()) return fail(failed);
   if (ch_->closed) {
     return fail(std::make_exception_ptr(DistributedError(
         ch_->where + "mpi: " + work_->describe() + ": the group was destroyed before it ran")));
   }
-  mine_.seq = ch_->taken++;
-  work_->number(mine_.seq);
+  mine_.call.seq = ch_->taken++;
+  work_->number(mine_.call.seq);
+  // Note [Blocking data step], step 1.
+  mine_.may_block = context.alone;
+  mine_.host = ch_->runtime->host();
+  if (context.alone) {
+    undecided_ = true;
+    ++context.undecided;
+  }
   if (ch_->size == 1) {
+    all_.assign(1, mine_);
     at_ = Step::kTurn;
-    return poll();
+    return advance(context);
   }
   all_.resize(ch_->size);
   const int rc = MPI_Iallgather(&mine_, sizeof(mine_), MPI_BYTE, all_.data(), sizeof(mine_),
@@ -130,7 +135,7 @@ std::exception_ptr Collective::compare() {
   for (int r = 0; r < ch_->size; ++r) {
     if (r == ch_->rank) continue;
     try {
-      check_same(mine_, all_[r], r, ch_->where, "mpi");
+      check_same(mine_.call, all_[r].call, r, ch_->where, "mpi");
     } catch (...) {
       return std::current_exception();
     }
@@ -138,12 +143,22 @@ std::exception_ptr Collective::compare() {
   return nullptr;
 }
 
-Task::State Collective::poll() {
+Task::State Collective::poll(Context& context) {
+  const State s = advance(context);
+  // Note [Blocking data step], step 3: chosen (or failed), so other blocking calls may go on.
+  if (undecided_ && (s != State::kBusy || at_ == Step::kData)) {
+    undecided_ = false;
+    --context.undecided;
+  }
+  return s;
+}
+
+Task::State Collective::advance(Context& context) {
   int done = 0;
   int rc = MPI_SUCCESS;
   switch (at_) {
     case Step::kNew:
-      return take_in();
+      return take_in(context);
     case Step::kCheck:
       rc = MPI_Test(&request_, &done, MPI_STATUS_IGNORE);
       if (rc != MPI_SUCCESS) return fail(mpi_error(rc, "MPI_Iallgather"));
@@ -155,7 +170,7 @@ Task::State Collective::poll() {
       at_ = Step::kTurn;
       [[fallthrough]];
     case Step::kTurn: {
-      if (ch_->turn != mine_.seq) {
+      if (ch_->turn != mine_.call.seq) {
         if (auto failed = ch_->failure()) return fail(failed);  // an earlier one timed out
         if (std::chrono::steady_clock::now() < deadline_) return State::kBusy;
         return time_out("the collectives before it to start");
@@ -167,6 +182,15 @@ Task::State Collective::poll() {
             "ran")));
       }
       if (auto mismatch = compare()) return fail(mismatch);
+      // Note [Blocking data step], step 2: every rank sees the same bits.
+      const bool block = std::all_of(all_.begin(), all_.end(), [&](const Published& p) {
+        return p.may_block != 0 && p.host == mine_.host;
+      });
+      if (block) {
+        rc = step_.start(ch_->data, nullptr);
+        if (rc != MPI_SUCCESS) return fail(mpi_error(rc, "the collective"));
+        return finish_data_step();
+      }
       rc = step_.start(ch_->data, &request_);
       if (rc != MPI_SUCCESS) return fail(mpi_error(rc, "starting the collective"));
       at_ = Step::kData;
@@ -179,14 +203,7 @@ Task::State Collective::poll() {
         if (std::chrono::steady_clock::now() < deadline_) return State::kBusy;
         return time_out("the data exchange to complete (a peer stopped in the middle of it)");
       }
-      try {
-        if (step_.finish) step_.finish();
-      } catch (...) {
-        return fail(std::current_exception());
-      }
-      step_ = {};
-      work_->complete(nullptr);
-      return State::kDone;
+      return finish_data_step();
     case Step::kLinger:
       if (MPI_Test(&request_, &done, MPI_STATUS_IGNORE) != MPI_SUCCESS || done) {
         step_ = {};
@@ -197,7 +214,18 @@ Task::State Collective::poll() {
   TORCH_INTERNAL_ASSERT(false, "unknown step");
 }
 
-Task::State SetupTask::poll() {
+Task::State Collective::finish_data_step() {
+  try {
+    if (step_.finish) step_.finish();
+  } catch (...) {
+    return fail(std::current_exception());
+  }
+  step_ = {};
+  work_->complete(nullptr);
+  return State::kDone;
+}
+
+Task::State SetupTask::poll(Context&) {
   int done = 0;
   const int rc = MPI_Testall(static_cast<int>(requests_.size()), requests_.data(), &done,
                              MPI_STATUSES_IGNORE);

@@ -15,6 +15,7 @@
 //     (MPI_Iallreduce, MPI_Ibcast, ...), and the next collective's turn comes.
 //  3. When MPI completes the data step: what follows it on this thread (avg's division), then
 //     the Work completes.
+// (Step 2 chooses a blocking data step when every rank can: Note [Blocking data step].)
 // Two communicators, because the all-gathers of step 1 run ahead of the data steps (a bucket's
 // check overlaps the previous bucket's data), and each communicator then still sees one order,
 // the call order, on every rank.
@@ -24,6 +25,45 @@
 // later fails at once with the same error. MPI keeps writing into the buffers of a collective
 // it has started until its request completes, so the task keeps its tensors and lingers (polled
 // every millisecond) until then, or until MPI_Finalize.
+//
+// Note [Blocking data step]
+// OpenMPI 4.1's non-blocking collectives (libnbc) are slower than its blocking ones on one host,
+// up to 2x (docs/performance.md, "The mpi backend against raw MPI"). So the data step blocks the
+// MPI thread (MPI_Allreduce rather than MPI_Iallreduce) when every rank can afford it:
+//  1. With its descriptor (step 1), each rank publishes whether it "may block": the collective
+//     is then the only task on its MPI thread and nothing is queued (Context::alone).
+//  2. At its turn (step 2) every rank has the same bits, and the data step blocks only when all
+//     are set and all ranks are on one host, else it is non-blocking: MPI forbids matching a
+//     blocking collective with a non-blocking one, so all ranks must choose alike. One host:
+//     across two hosts (network namespaces) over OpenMPI 4.1's TCP transport, the blocking
+//     all-reduce took 4-24 ms a call where the polled non-blocking one took 0.15-12.5 ms
+//     (docs/performance.md), so there the step stays non-blocking.
+//  3. While a collective that published "may block" has not chosen, its rank makes no other
+//     blocking MPI call: later collectives publish "may not" (they are not alone), and a
+//     sub-group's MPI_Comm_create_group waits (Note [MPI sub-groups], step 4).
+// No deadlock, across groups too: a rank blocks only in a collective C that every rank r of C
+// took in while r's thread had nothing else in flight (so no earlier collective of C's group is
+// ahead of C's turn on r), and from then until C chooses, r makes non-blocking calls only (3).
+// C's all-gather and turn thus wait on nothing but C's ranks taking C in, and every rank of C
+// reaches C's blocking call. Two groups used in opposite orders on two ranks: on each rank the
+// second one taken in is not alone, so neither blocks while the other waits for it
+// (MpiBlocking.TwoGroupsInOppositeOrders; with every step blocking, that test deadlocks).
+// What it costs:
+//  - While a collective blocks, the thread polls nothing else (on one host, concurrency among
+//    collectives buys nothing; the callers' threads keep computing, so DDP's buckets still
+//    overlap backward).
+//  - The group's timeout cannot end a blocking data step. Every rank reaches it at once (all
+//    took it in while idle); a rank that dies in it ends the job (mpirun), and a rank frozen in
+//    it (SIGSTOP) holds its peers until it resumes: their callers' waits time out, except that
+//    of a caller making the step itself (Note [MPI thread], step 4), which returns with it. One
+//    race is left: a rank whose all-gather misses the group's timeout by a hair fails the
+//    collective while a peer, whose all-gather completed, blocks in the data step for good.
+//  - A member whose collective may still block starts a sub-group's handshake only once it
+//    has chosen (3). A rank that issues a collective and then makes a sub-group, where another
+//    member of both makes the sub-group first and issues that collective after, therefore
+//    waits for the collective past the sub-group's timeout: both end in TimeoutError (the
+//    non-blocking step let that order through). Make sub-groups at the same point relative to
+//    other groups' collectives on every member.
 #pragma once
 
 #include <mpi.h>
@@ -51,7 +91,8 @@ struct Channel {
   int size = 1;
   std::string where;
   std::chrono::milliseconds timeout{0};
-  // MPI thread only.
+  Runtime* runtime = nullptr;
+  // MPI thread only (or a waiter helping it: Note [MPI thread], step 4).
   MPI_Comm data = MPI_COMM_NULL;   // the collectives' data
   MPI_Comm check = MPI_COMM_NULL;  // their descriptors (step 1)
   bool closed = false;             // the group was destroyed; its communicators are freed
@@ -63,10 +104,18 @@ struct Channel {
   std::exception_ptr failure();
 };
 
-// Starts a collective's data step (returns MPI's error code), and what follows it.
+// Starts a collective's data step (returns MPI's error code): non-blocking into `request`, or,
+// when `request` is null, blocking until it is done (Note [Blocking data step]).
 struct DataStep {
   std::function<int(MPI_Comm comm, MPI_Request* request)> start;
-  std::function<void()> finish;  // optional
+  std::function<void()> finish;  // optional: what follows the data step
+};
+
+// What each rank publishes in step 1.
+struct Published {
+  CollectiveDescriptor call;
+  std::int64_t may_block = 0;  // Note [Blocking data step], step 1
+  std::uint64_t host = 0;      // Runtime::host()
 };
 
 class MpiWork : public Work {
@@ -100,24 +149,27 @@ class Collective : public Task {
  public:
   Collective(std::shared_ptr<Channel> channel, const CollectiveDescriptor& desc, DataStep step,
              std::shared_ptr<MpiWork> work);
-  State poll() override;
+  State poll(Context& context) override;
 
  private:
   enum class Step { kNew, kCheck, kTurn, kData, kLinger };
-  State take_in();
+  State advance(Context& context);
+  State take_in(Context& context);
+  State finish_data_step();
   State fail(std::exception_ptr error);
   State time_out(const char* waiting_for);
   std::exception_ptr compare();
   std::exception_ptr mpi_error(int rc, const char* call);
 
   std::shared_ptr<Channel> ch_;
-  CollectiveDescriptor mine_;
+  Published mine_;
   DataStep step_;
   std::shared_ptr<MpiWork> work_;
   std::chrono::steady_clock::time_point deadline_;
   Step at_ = Step::kNew;
   MPI_Request request_ = MPI_REQUEST_NULL;
-  std::vector<CollectiveDescriptor> all_;  // every rank's descriptor (step 1)
+  std::vector<Published> all_;  // every rank's (step 1)
+  bool undecided_ = false;      // counted in Context::undecided
 };
 
 // A set-up step: requests that complete `work` (CompletionWork), or linger past `deadline`.
@@ -129,7 +181,7 @@ class SetupTask : public Task {
             std::shared_ptr<CompletionWork> work, std::shared_ptr<void> target)
       : requests_(std::move(requests)), deadline_(deadline), work_(std::move(work)),
         target_(std::move(target)) {}
-  State poll() override;
+  State poll(Context& context) override;
 
  private:
   std::vector<MPI_Request> requests_;

@@ -68,6 +68,7 @@ MpiGroup::MpiGroup(const BackendArgs& args)
   channel_->size = size();
   channel_->where = where();
   channel_->timeout = options().timeout;
+  channel_->runtime = &runtime_;
   // A sub-group's own communicator first, by its members only; both are then duplicated from
   // it (or from MPI_COMM_WORLD), and it is freed.
   const MPI_Comm parent = args.members.empty() ? MPI_COMM_WORLD :
@@ -140,7 +141,9 @@ std::shared_ptr<Work> MpiGroup::do_allreduce(at::Tensor& tensor, const Allreduce
   const MPI_Datatype type = mpi::datatype(tensor.scalar_type());
   const MPI_Op op = mpi::reduce_op(tensor.scalar_type(), opts.op);
   step.start = [t = tensor, n, type, op](MPI_Comm c, MPI_Request* r) {
-    return MPI_Iallreduce(MPI_IN_PLACE, t.data_ptr(), n, type, op, c, r);
+    void* p = t.data_ptr();
+    return r ? MPI_Iallreduce(MPI_IN_PLACE, p, n, type, op, c, r)
+             : MPI_Allreduce(MPI_IN_PLACE, p, n, type, op, c);
   };
   // MPI has no average: a sum, then one division on the MPI thread, so every rank rounds alike.
   if (opts.op == ReduceOp::kAvg) step.finish = [t = tensor, w = size()] { t.div_(w); };
@@ -153,7 +156,8 @@ std::shared_ptr<Work> MpiGroup::do_broadcast(at::Tensor& tensor, const Broadcast
   const int n = count(tensor, "broadcast");
   const MPI_Datatype type = mpi::datatype(tensor.scalar_type());
   step.start = [t = tensor, n, type, root = opts.root](MPI_Comm c, MPI_Request* r) {
-    return MPI_Ibcast(t.data_ptr(), n, type, root, c, r);
+    return r ? MPI_Ibcast(t.data_ptr(), n, type, root, c, r)
+             : MPI_Bcast(t.data_ptr(), n, type, root, c);
   };
   return issue(describe_call(CollectiveKind::kBroadcast, tensor, 0, opts.root), std::move(step));
 }
@@ -166,8 +170,9 @@ std::shared_ptr<Work> MpiGroup::do_allgather(at::Tensor& output, const at::Tenso
   const std::size_t slot = static_cast<std::size_t>(rank()) * input.nbytes();
   const bool in_place = input.data_ptr() == static_cast<char*>(output.data_ptr()) + slot;
   step.start = [out = output, in = input, n, type, in_place](MPI_Comm c, MPI_Request* r) {
-    return MPI_Iallgather(in_place ? MPI_IN_PLACE : in.data_ptr(), n, type, out.data_ptr(), n,
-                          type, c, r);
+    const void* from = in_place ? MPI_IN_PLACE : in.data_ptr();
+    return r ? MPI_Iallgather(from, n, type, out.data_ptr(), n, type, c, r)
+             : MPI_Allgather(from, n, type, out.data_ptr(), n, type, c);
   };
   return issue(describe_call(CollectiveKind::kAllgather, input), std::move(step));
 }
@@ -186,7 +191,8 @@ std::shared_ptr<Work> MpiGroup::do_reduce_scatter(at::Tensor& output, const at::
   const bool overlap = out_begin < in_begin + input.nbytes() && in_begin < out_begin + output.nbytes();
   at::Tensor source = overlap ? input.clone() : input;
   step.start = [out = output, in = source, n, type, op](MPI_Comm c, MPI_Request* r) {
-    return MPI_Ireduce_scatter_block(in.data_ptr(), out.data_ptr(), n, type, op, c, r);
+    return r ? MPI_Ireduce_scatter_block(in.data_ptr(), out.data_ptr(), n, type, op, c, r)
+             : MPI_Reduce_scatter_block(in.data_ptr(), out.data_ptr(), n, type, op, c);
   };
   if (opts.op == ReduceOp::kAvg) step.finish = [t = output, w = size()] { t.div_(w); };
   return issue(describe_call(CollectiveKind::kReduceScatter, input, static_cast<int>(opts.op)),
@@ -195,7 +201,7 @@ std::shared_ptr<Work> MpiGroup::do_reduce_scatter(at::Tensor& output, const at::
 
 std::shared_ptr<Work> MpiGroup::do_barrier() {
   mpi::DataStep step;
-  step.start = [](MPI_Comm c, MPI_Request* r) { return MPI_Ibarrier(c, r); };
+  step.start = [](MPI_Comm c, MPI_Request* r) { return r ? MPI_Ibarrier(c, r) : MPI_Barrier(c); };
   return issue(describe_call(CollectiveKind::kBarrier, at::Tensor()), std::move(step));
 }
 

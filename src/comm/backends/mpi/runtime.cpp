@@ -3,9 +3,13 @@
 #include "comm/backends/mpi/runtime.h"
 
 #include <sched.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <cstdlib>
+#include <fstream>
+#include <functional>
 #include <vector>
 
 #include "comm/backends/mpi/datatypes.h"
@@ -13,6 +17,8 @@
 
 namespace dpx::detail::mpi {
 namespace {
+
+using Clock = std::chrono::steady_clock;
 
 // Spinning without a completion for this long makes the thread yield between polls.
 constexpr auto kSpin = std::chrono::microseconds(50);
@@ -29,6 +35,19 @@ const char* thread_level(int level) {
     case MPI_THREAD_MULTIPLE: return "MPI_THREAD_MULTIPLE";
   }
   return "an unknown thread level";
+}
+
+// Note [Blocking data step], one host: the host name, the kernel's boot id and the network
+// namespace (two namespaces of one machine talk over TCP, as two hosts do).
+std::uint64_t this_host() {
+  char name[256] = {};
+  ::gethostname(name, sizeof(name) - 1);
+  std::string boot;
+  std::ifstream("/proc/sys/kernel/random/boot_id") >> boot;
+  struct stat ns {};
+  ::stat("/proc/self/ns/net", &ns);
+  return std::hash<std::string>()(std::string(name) + "/" + boot + "/" +
+                                  std::to_string(ns.st_ino));
 }
 
 std::mutex g_instance_mutex;
@@ -132,6 +151,7 @@ void Runtime::init() {
   MPI_Get_library_version(version, &len);
   library_.assign(version, len);
   library_ = library_.substr(0, library_.find_first_of("\n,"));
+  host_ = this_host();
 }
 
 bool Runtime::call(const std::function<void()>& fn) {
@@ -163,73 +183,112 @@ void Runtime::submit(std::shared_ptr<Task> task) {
 }
 
 void Runtime::run() {
-  using Clock = std::chrono::steady_clock;
-  std::vector<std::shared_ptr<Task>> active;
-  std::deque<Item> intake;
   auto last_done = Clock::now();
   for (;;) {
-    if (active.empty()) {
+    if (in_flight_.load(std::memory_order_acquire) == 0) {
       // A thread asleep takes microseconds to wake, more than a small collective lasts: look
       // at the queue for a while before sleeping (a loop of allreduce()->wait() never sleeps).
       const auto until = Clock::now() + kIdleSpin;
-      while (queued_.load(std::memory_order_acquire) == 0 && Clock::now() < until) sched_yield();
-    }
-    if (active.empty() || queued_.load(std::memory_order_acquire) != 0) {
+      while (queued_.load(std::memory_order_acquire) == 0 &&
+             in_flight_.load(std::memory_order_acquire) == 0 && Clock::now() < until) {
+        sched_yield();
+      }
       std::unique_lock<std::mutex> lock(mutex_);
-      if (active.empty()) {
-        cv_.wait(lock, [&] { return stop_ || !queue_.empty(); });
-      }
+      cv_.wait(lock, [&] {
+        return stop_ || !queue_.empty() || in_flight_.load(std::memory_order_acquire) != 0;
+      });
       if (stop_) break;
-      intake.swap(queue_);
-      queued_.store(0, std::memory_order_relaxed);
     }
-    for (auto& item : intake) {
-      if (item.task) {
-        active.push_back(std::move(item.task));
-        continue;
-      }
-      try {
-        (*item.call)();
-      } catch (...) {
-        *item.error = std::current_exception();
-      }
-      {
-        std::lock_guard<std::mutex> lock(mutex_);
-        *item.done = true;
-      }
-      done_cv_.notify_all();
+    if (!turn_.try_lock()) {  // a waiter makes the calls (step 4 of Note [MPI thread])
+      sched_yield();
+      continue;
     }
-    intake.clear();
-    // In order, and new tasks last in the order they came: a task's first poll issues its first
-    // MPI call, and every rank must issue a group's collectives in one order.
-    bool busy = false;
-    bool finished = false;
-    std::size_t kept = 0;
-    for (std::size_t i = 0; i < active.size(); ++i) {
-      const Task::State s = active[i]->poll();
-      if (s == Task::State::kDone) {
-        finished = true;
-        continue;
-      }
-      busy = busy || s == Task::State::kBusy;
-      if (kept != i) active[kept] = std::move(active[i]);
-      ++kept;
-    }
-    active.resize(kept);
-    const auto now = Clock::now();
-    if (finished) last_done = now;
-    if (!busy && !active.empty()) {
+    const Progress p = poll_once();
+    turn_.unlock();
+    if (p.stopped) break;
+    if (p.finished) last_done = Clock::now();
+    if (!p.busy && p.in_flight) {
       std::unique_lock<std::mutex> lock(mutex_);
       cv_.wait_for(lock, kLingerPoll, [&] { return stop_ || !queue_.empty(); });
-    } else if (busy && now - last_done > kSpin) {
+    } else if (p.busy && Clock::now() - last_done > kSpin) {
       sched_yield();
     }
   }
-  active.clear();
+  std::lock_guard<std::mutex> turn(turn_);  // no waiter is making a call, and none will (stop_)
+  active_.clear();
+  in_flight_.store(0, std::memory_order_release);
   if (owns_mpi_) {
     int finalized = 0;
     MPI_Finalized(&finalized);
     if (!finalized) MPI_Finalize();
+  }
+}
+
+Runtime::Progress Runtime::poll_once() {
+  Progress p;
+  if (queued_.load(std::memory_order_acquire) != 0) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (stop_) {
+      p.stopped = true;
+      return p;
+    }
+    intake_.swap(queue_);
+    queued_.store(0, std::memory_order_relaxed);
+  }
+  for (auto& item : intake_) {
+    if (item.task) {
+      active_.push_back(std::move(item.task));
+      continue;
+    }
+    try {
+      (*item.call)();
+    } catch (...) {
+      *item.error = std::current_exception();
+    }
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      *item.done = true;
+    }
+    done_cv_.notify_all();
+  }
+  intake_.clear();
+  // In order, and new tasks last in the order they came: a task's first poll issues its first
+  // MPI call, and every rank must issue a group's collectives in one order.
+  bool finished = false;
+  std::size_t kept = 0;
+  for (std::size_t i = 0; i < active_.size(); ++i) {
+    context_.alone = active_.size() == 1 && queued_.load(std::memory_order_acquire) == 0;
+    const Task::State s = active_[i]->poll(context_);
+    if (s == Task::State::kDone) {
+      finished = true;
+      continue;
+    }
+    p.busy = p.busy || s == Task::State::kBusy;
+    if (kept != i) active_[kept] = std::move(active_[i]);
+    ++kept;
+  }
+  active_.resize(kept);
+  p.finished = finished;
+  p.in_flight = !active_.empty();
+  in_flight_.store(static_cast<int>(active_.size()), std::memory_order_release);
+  return p;
+}
+
+void Runtime::help(const std::atomic<bool>& done, std::chrono::steady_clock::time_point until) {
+  while (!done.load(std::memory_order_acquire) && Clock::now() < until) {
+    if (!turn_.try_lock()) {
+      sched_yield();
+      continue;
+    }
+    const Progress p = poll_once();
+    turn_.unlock();
+    if (p.stopped) return;
+  }
+  // What it took in and left in flight, the thread must poll: wake it (it looks at in_flight_
+  // under mutex_ before it sleeps).
+  if (in_flight_.load(std::memory_order_acquire) != 0) {
+    { std::lock_guard<std::mutex> lock(mutex_); }
+    cv_.notify_one();
   }
 }
 

@@ -20,12 +20,22 @@
 //  3. At exit (atexit, registered once MPI is up) the thread stops and calls MPI_Finalize, which
 //     OpenMPI completes even with requests still pending (a collective a stuck peer never
 //     joined); the thread owns no other state, so nothing outlives it.
+//  4. A caller waiting for its collective makes the MPI calls itself for up to 50 us, whenever
+//     the thread is not making them (turn_, taken with try_lock: MPI_THREAD_SERIALIZED asks
+//     only that calls never overlap): it takes in what is queued and polls every task in
+//     flight, as the thread would. mpirun binds a rank to one core, which the caller and the
+//     thread then share: a small collective completes without the two context switches of a
+//     hand-over and back. What the caller leaves in flight, it wakes the thread to poll. A
+//     caller inside a blocking data step (Note [Blocking data step] in collective.h) returns
+//     when it ends, even past its wait's timeout.
 #pragma once
 
 #include <mpi.h>
 
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
+#include <cstdint>
 #include <deque>
 #include <exception>
 #include <functional>
@@ -33,8 +43,16 @@
 #include <mutex>
 #include <string>
 #include <thread>
+#include <vector>
 
 namespace dpx::detail::mpi {
+
+// What the MPI thread tells a task it polls, and what tasks tell each other through it
+// (Note [Blocking data step] in collective.h).
+struct Context {
+  bool alone = false;  // the task polled is the only one in flight, and nothing is queued
+  int undecided = 0;   // collectives that published "may block" and have not yet chosen
+};
 
 // One collective's steps on the MPI thread.
 class Task {
@@ -47,7 +65,7 @@ class Task {
   };
   virtual ~Task() = default;
   // On the MPI thread: first when the task is taken in, then at every poll.
-  virtual State poll() = 0;
+  virtual State poll(Context& context) = 0;
 };
 
 class Runtime {
@@ -60,15 +78,29 @@ class Runtime {
   int size() const { return size_; }
   // "Open MPI v4.1.4, ..." (MPI_Get_library_version's first line).
   const std::string& library() const { return library_; }
+  // This process's host, as a hash (Note [Blocking data step] in collective.h).
+  std::uint64_t host() const { return host_; }
 
-  // Runs `fn` on the MPI thread and returns when it did, rethrowing what it threw. False (and
-  // `fn` not run) once the thread stopped at exit.
+  // Runs `fn` where MPI calls are made (the MPI thread, or a waiter in its stead: step 4) and
+  // returns when it did, rethrowing what it threw. False (and `fn` not run) once the thread
+  // stopped at exit.
   bool call(const std::function<void()>& fn);
   void submit(std::shared_ptr<Task> task);
+  // Step 4: makes the MPI calls in the thread's stead until `done` or `until`, while it is not
+  // making them itself.
+  void help(const std::atomic<bool>& done, std::chrono::steady_clock::time_point until);
 
  private:
+  struct Progress {
+    bool stopped = false;
+    bool busy = false;       // a task in flight wants to be polled again at once
+    bool in_flight = false;  // tasks remain (busy or lingering)
+    bool finished = false;   // a task completed
+  };
   Runtime();
   void run();
+  // Under turn_: takes in what is queued and polls every task in flight once.
+  Progress poll_once();
   void init();
   void stop();
   static void stop_at_exit();
@@ -76,6 +108,7 @@ class Runtime {
   int rank_ = 0;
   int size_ = 1;
   std::string library_;
+  std::uint64_t host_ = 0;
   bool owns_mpi_ = false;  // we initialised MPI, so we finalise it
 
   std::mutex mutex_;
@@ -87,6 +120,12 @@ class Runtime {
     bool* done = nullptr;
   };
   std::deque<Item> queue_;
+  // Held by whichever thread makes MPI calls (MPI_THREAD_SERIALIZED); what it guards:
+  std::mutex turn_;
+  std::vector<std::shared_ptr<Task>> active_;
+  std::deque<Item> intake_;
+  Context context_;
+  std::atomic<int> in_flight_{0};  // active_.size(), for the thread's idle check
   // 1 while queue_ holds something or stop_ is set: the thread reads it unlocked, and takes
   // the lock (to see either) only when it is set or nothing is in flight.
   std::atomic<int> queued_{0};

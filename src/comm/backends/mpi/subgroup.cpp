@@ -69,9 +69,10 @@ class Handshake : public Task {
     outbox_.reserve(std::max<std::size_t>(members_.size(), 2));  // Isend buffers stay put
   }
 
-  State poll() override {
+  State poll(Context& context) override {
     if (answered_) return linger();
     if (!started_) {
+      if (context.undecided > 0) return State::kBusy;  // Note [MPI sub-groups], step 1
       started_ = true;
       return start();
     }

@@ -10,6 +10,10 @@
 //  1. Each member but the first (the leader) posts a receive for the leader's verdict and sends
 //     it a join naming the member list (a hash of it) and how many groups of this list the
 //     process made before, so that a message of an earlier, failed attempt is told apart.
+//     A member starts this step only once no collective of its own may still choose to block
+//     (Note [Blocking data step] in collective.h); until its communicator is made, none of its
+//     collectives can (the handshake is in flight, so none is alone). So no member waits in
+//     step 4 for one blocked in a data step, nor blocks there while a peer's step 4 waits for it.
 //  2. The leader collects the joins. When all are in it sends "go" to every member, or
 //     "mismatch" when one named another list. Past its timeout, or when a member withdraws
 //     (step 3), it sends "gave up" to those that joined, cancels its receives and fails.
