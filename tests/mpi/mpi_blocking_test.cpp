@@ -5,6 +5,7 @@
 #include <torch/torch.h>
 
 #include <chrono>
+#include <cstdlib>
 #include <thread>
 #include <vector>
 
@@ -15,13 +16,20 @@ namespace {
 
 using std::chrono::milliseconds;
 
+// The blocking step is opt-in (DPX_MPI_BLOCKING=1); each group reads it when it is made.
+class MpiBlocking : public ::testing::Test {
+ protected:
+  void SetUp() override { ::setenv("DPX_MPI_BLOCKING", "1", 1); }
+  void TearDown() override { ::unsetenv("DPX_MPI_BLOCKING"); }
+};
+
 // Two groups of every rank, used in opposite orders on even and odd ranks; each rank's first
 // collective is taken in while its MPI thread is idle (it may block), its second while the first
 // waits for the other ranks. A third group's barrier lines the second calls up, so that both
 // all-gathers often complete between two polls of a thread, which then starts its first
 // group's data step, and the peer's thread the other group's. Were those steps to block, the
 // two would wait for each other for ever (with "may block" always set, it hung in 3 runs of 3).
-TEST(MpiBlocking, TwoGroupsInOppositeOrders) {
+TEST_F(MpiBlocking, TwoGroupsInOppositeOrders) {
   auto a = mpi_group(milliseconds(5000));
   auto b = mpi_group(milliseconds(5000));
   auto c = mpi_group(milliseconds(5000));
@@ -45,7 +53,7 @@ TEST(MpiBlocking, TwoGroupsInOppositeOrders) {
 // (Note [MPI sub-groups], step 1), so no rank makes it while a peer blocks in the collective.
 // The last rank comes late, so the others' handshakes are under way when it arrives. The race
 // this guards is narrow: with that wait removed, the test still passed at 2, 3 and 4 ranks.
-TEST(MpiBlocking, ACollectiveInFlightWhileASubGroupIsMade) {
+TEST_F(MpiBlocking, ACollectiveInFlightWhileASubGroupIsMade) {
   auto world = mpi_group(milliseconds(5000));
   const int w = world->size();
   std::vector<int> all;

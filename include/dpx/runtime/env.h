@@ -2,12 +2,12 @@
 // (docs/launcher.md, docs/env.md). The launcher writes them; the library only reads them.
 //
 // Note [Environment]
-// Each subsystem reads its own variables where it is set up, so a malformed variable breaks
-// only what uses it: init_process_group reads this contract, DPX_BACKEND and DPX_TIMELINE; the
-// store DPX_STORE_TOKEN; the shm backend its DPX_SHM_* tuning; the gloo backend
-// GLOO_SOCKET_IFNAME; the nccl backend DPX_NCCL_ERROR_HANDLING; the mpi backend, on a CUDA
-// device, DPX_MPI_CUDA_AWARE; every group DPX_STALL_CHECK_SECONDS; DDP's constructor DPX_DEBUG
-// and DPX_STEP_REPORT_*; the memory policy DPX_MALLOC*; the heartbeat DPX_AGENT_STORE and
+// Each subsystem reads its own variables where it is set up, so a malformed variable breaks only
+// what uses it: init_process_group reads this contract, DPX_BACKEND and DPX_TIMELINE; the store
+// DPX_STORE_TOKEN; the shm backend its DPX_SHM_* tuning; the gloo backend GLOO_SOCKET_IFNAME; the
+// nccl backend DPX_NCCL_ERROR_HANDLING; the mpi backend DPX_MPI_BLOCKING and, on a CUDA device,
+// DPX_MPI_CUDA_AWARE; every group DPX_STALL_CHECK_SECONDS; DDP's constructor DPX_DEBUG and
+// DPX_STEP_REPORT_*; the memory policy DPX_MALLOC*; the heartbeat DPX_AGENT_STORE and
 // DPX_HEARTBEAT_*. docs/env.md lists them all.
 // Every error names the variable and the value it found.
 #pragma once

@@ -111,9 +111,9 @@ Task::State Collective::take_in(Context& context) {
   mine_.call.seq = ch_->taken++;
   work_->number(mine_.call.seq);
   // Note [Blocking data step], step 1.
-  mine_.may_block = context.alone;
+  mine_.may_block = context.alone && ch_->may_block;
   mine_.host = ch_->runtime->host();
-  if (context.alone) {
+  if (mine_.may_block) {
     undecided_ = true;
     ++context.undecided;
   }
@@ -175,6 +175,10 @@ Task::State Collective::advance(Context& context) {
         if (std::chrono::steady_clock::now() < deadline_) return State::kBusy;
         return time_out("the collectives before it to start");
       }
+      // Note [Blocking data step], step 2: every rank sees the same bits.
+      const bool block = std::all_of(all_.begin(), all_.end(), [&](const Published& p) {
+        return p.may_block != 0 && p.host == mine_.host;
+      });
       ++ch_->turn;
       if (ch_->closed) {
         return fail(std::make_exception_ptr(DistributedError(
@@ -182,10 +186,6 @@ Task::State Collective::advance(Context& context) {
             "ran")));
       }
       if (auto mismatch = compare()) return fail(mismatch);
-      // Note [Blocking data step], step 2: every rank sees the same bits.
-      const bool block = std::all_of(all_.begin(), all_.end(), [&](const Published& p) {
-        return p.may_block != 0 && p.host == mine_.host;
-      });
       if (block) {
         rc = step_.start(ch_->data, nullptr);
         if (rc != MPI_SUCCESS) return fail(mpi_error(rc, "the collective"));

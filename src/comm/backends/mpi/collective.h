@@ -28,10 +28,16 @@
 //
 // Note [Blocking data step]
 // OpenMPI 4.1's non-blocking collectives (libnbc) are slower than its blocking ones on one host,
-// up to 2x (docs/performance.md, "The mpi backend against raw MPI"). So the data step blocks the
-// MPI thread (MPI_Allreduce rather than MPI_Iallreduce) when every rank can afford it:
-//  1. With its descriptor (step 1), each rank publishes whether it "may block": the collective
-//     is then the only task on its MPI thread and nothing is queued (Context::alone).
+// up to 2x (docs/performance.md, "The mpi backend against raw MPI"). So, where the program asks
+// for it (DPX_MPI_BLOCKING=1), the data step blocks the MPI thread (MPI_Allreduce rather than
+// MPI_Iallreduce) when every rank can afford it. Opt-in, because neither the group's timeout nor
+// a wait's can end a blocking step: a rank frozen in it freezes its peers' MPI threads and the
+// callers waiting inside it (Note [MPI thread], step 4), as MPI's own blocking calls do, and the
+// process cannot finalise MPI at exit until the peer goes on or dies. The default keeps every
+// step non-blocking and bounded by the timeouts (MpiFaults.RankStoppedInTheDataExchange...).
+//  1. With its descriptor (step 1), each rank publishes whether it "may block": the program
+//     asked for it, and the collective is the only task on its MPI thread with nothing queued
+//     (Context::alone).
 //  2. At its turn (step 2) every rank has the same bits, and the data step blocks only when all
 //     are set and all ranks are on one host, else it is non-blocking: MPI forbids matching a
 //     blocking collective with a non-blocking one, so all ranks must choose alike. One host:
@@ -92,6 +98,7 @@ struct Channel {
   std::string where;
   std::chrono::milliseconds timeout{0};
   Runtime* runtime = nullptr;
+  bool may_block = false;  // DPX_MPI_BLOCKING=1 (Note [Blocking data step])
   // MPI thread only (or a waiter helping it: Note [MPI thread], step 4).
   MPI_Comm data = MPI_COMM_NULL;   // the collectives' data
   MPI_Comm check = MPI_COMM_NULL;  // their descriptors (step 1)

@@ -69,6 +69,7 @@ MpiGroup::MpiGroup(const BackendArgs& args)
   channel_->where = where();
   channel_->timeout = options().timeout;
   channel_->runtime = &runtime_;
+  channel_->may_block = detail::env_int("DPX_MPI_BLOCKING", 0, 1).value_or(0) == 1;
   // A sub-group's own communicator first, by its members only; both are then duplicated from
   // it (or from MPI_COMM_WORLD), and it is freed.
   const MPI_Comm parent = args.members.empty() ? MPI_COMM_WORLD :
