@@ -199,17 +199,20 @@ void Runtime::run() {
       });
       if (stop_) break;
     }
-    if (!turn_.try_lock()) {  // a waiter makes the calls (step 4 of Note [MPI thread])
+    std::unique_lock<std::mutex> turn(turn_, std::try_to_lock);
+    if (!turn.owns_lock()) {  // a waiter makes the calls (step 4 of Note [MPI thread])
       sched_yield();
       continue;
     }
     const Progress p = poll_once();
-    turn_.unlock();
+    turn.unlock();
     if (p.stopped) break;
     if (p.finished) last_done = Clock::now();
     if (!p.busy && p.in_flight) {
+      // Only lingering tasks: poll them now and then, or at once when a waiter left a live one.
       std::unique_lock<std::mutex> lock(mutex_);
-      cv_.wait_for(lock, kLingerPoll, [&] { return stop_ || !queue_.empty(); });
+      cv_.wait_for(lock, kLingerPoll, [&] { return stop_ || !queue_.empty() || poked_; });
+      poked_ = false;
     } else if (p.busy && Clock::now() - last_done > kSpin) {
       sched_yield();
     }
@@ -276,18 +279,22 @@ Runtime::Progress Runtime::poll_once() {
 
 void Runtime::help(const std::atomic<bool>& done, std::chrono::steady_clock::time_point until) {
   while (!done.load(std::memory_order_acquire) && Clock::now() < until) {
-    if (!turn_.try_lock()) {
+    std::unique_lock<std::mutex> turn(turn_, std::try_to_lock);  // released if a poll throws
+    if (!turn.owns_lock()) {
       sched_yield();
       continue;
     }
     const Progress p = poll_once();
-    turn_.unlock();
+    turn.unlock();
     if (p.stopped) return;
   }
-  // What it took in and left in flight, the thread must poll: wake it (it looks at in_flight_
-  // under mutex_ before it sleeps).
+  // What it took in and left in flight, the thread must poll: wake it, whether it sleeps idle
+  // (it looks at in_flight_ under mutex_ first) or between polls of lingering tasks (poked_).
   if (in_flight_.load(std::memory_order_acquire) != 0) {
-    { std::lock_guard<std::mutex> lock(mutex_); }
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      poked_ = true;
+    }
     cv_.notify_one();
   }
 }

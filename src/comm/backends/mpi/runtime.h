@@ -132,6 +132,7 @@ class Runtime {
   // the lock (to see either) only when it is set or nothing is in flight.
   std::atomic<int> queued_{0};
   bool stop_ = false;
+  bool poked_ = false;  // a waiter left a task in flight (help()): poll it now
   bool stopped_ = false;
   std::condition_variable done_cv_;
   std::thread thread_;
