@@ -3,16 +3,14 @@
 #include "comm/backends/mpi/runtime.h"
 
 #include <sched.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
 #include <chrono>
 #include <cstdlib>
-#include <fstream>
 #include <functional>
 #include <vector>
 
 #include "comm/backends/mpi/datatypes.h"
+#include "comm/plan/placement.h"
 #include "dpx/errors.h"
 
 namespace dpx::detail::mpi {
@@ -35,19 +33,6 @@ const char* thread_level(int level) {
     case MPI_THREAD_MULTIPLE: return "MPI_THREAD_MULTIPLE";
   }
   return "an unknown thread level";
-}
-
-// Note [Blocking data step], one host: the host name, the kernel's boot id and the network
-// namespace (two namespaces of one machine talk over TCP, as two hosts do).
-std::uint64_t this_host() {
-  char name[256] = {};
-  ::gethostname(name, sizeof(name) - 1);
-  std::string boot;
-  std::ifstream("/proc/sys/kernel/random/boot_id") >> boot;
-  struct stat ns {};
-  ::stat("/proc/self/ns/net", &ns);
-  return std::hash<std::string>()(std::string(name) + "/" + boot + "/" +
-                                  std::to_string(ns.st_ino));
 }
 
 std::mutex g_instance_mutex;
@@ -151,7 +136,8 @@ void Runtime::init() {
   MPI_Get_library_version(version, &len);
   library_.assign(version, len);
   library_ = library_.substr(0, library_.find_first_of("\n,"));
-  host_ = this_host();
+  // Note [Blocking data step], one host: Note [What a host is] (namespaces split hosts).
+  host_ = std::hash<std::string>()(host_identity());
 }
 
 bool Runtime::call(const std::function<void()>& fn) {
