@@ -43,29 +43,10 @@ namespace dpx::ft {
 // naming it (docs/fault_tolerance.md).
 
 using Clock = std::chrono::steady_clock;
+using detail::BeatWatch;
 using detail::Decision;
 using detail::Keys;
 using detail::Member;
-
-// When each group's beat last moved, as this process saw it: a beat that stands still for
-// drop_after means its agent is gone or stopped.
-class BeatWatch {
- public:
-  // How long group g's beat, read now as `value`, has stood still (zero when first seen).
-  Clock::duration still(int g, const std::string& value) {
-    const auto now = Clock::now();
-    auto [it, fresh] = seen_.try_emplace(g, Seen{value, now});
-    if (!fresh && value != it->second.beat) it->second = {value, now};
-    return now - it->second.changed;
-  }
-
- private:
-  struct Seen {
-    std::string beat;
-    Clock::time_point changed;
-  };
-  std::map<int, Seen> seen_;
-};
 
 class Coordinator::Loop {
  public:

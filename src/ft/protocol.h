@@ -2,7 +2,9 @@
 // coordinator, the agents' beats and the training ranks' Manager.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -68,6 +70,26 @@ class Keys {
 
  private:
   std::string p_;
+};
+
+// When each group's beat last moved, as this process saw it: a beat that stands still for
+// drop_after means its agent is gone or stopped.
+class BeatWatch {
+ public:
+  // How long group g's beat, read now as `value`, has stood still (zero when first seen).
+  std::chrono::steady_clock::duration still(int g, const std::string& value) {
+    const auto now = std::chrono::steady_clock::now();
+    auto [it, fresh] = seen_.try_emplace(g, Seen{value, now});
+    if (!fresh && value != it->second.beat) it->second = {value, now};
+    return now - it->second.changed;
+  }
+
+ private:
+  struct Seen {
+    std::string beat;
+    std::chrono::steady_clock::time_point changed;
+  };
+  std::map<int, Seen> seen_;
 };
 
 }  // namespace dpx::ft::detail
