@@ -64,15 +64,20 @@ std::string label(at::ScalarType dtype, ReduceOp op) {
   return std::string(c10::toString(dtype)) + " " + to_string(op);
 }
 
+// 40009 elements: 78 KiB and more, past kRingBytes (Note [Ring all-reduce]), in chunks of
+// unequal lengths for 2, 3 and 4 ranks.
 TEST(MpiCollectives, AllreduceEveryDtypeAndOp) {
   auto pg = mpi_group();
   EXPECT_EQ(pg->backend(), "mpi");
-  for (auto dtype : kDtypes) {
-    for (auto op : kOps) {
-      if (!applies(op, dtype)) continue;
-      auto t = contribution(pg->rank(), 1003, dtype);
-      pg->allreduce(t, {op})->wait();
-      EXPECT_TRUE(torch::equal(t, expected(pg->size(), 1003, op, dtype))) << label(dtype, op);
+  for (std::int64_t n : {1003, 40009}) {
+    for (auto dtype : kDtypes) {
+      for (auto op : kOps) {
+        if (!applies(op, dtype)) continue;
+        auto t = contribution(pg->rank(), n, dtype);
+        pg->allreduce(t, {op})->wait();
+        EXPECT_TRUE(torch::equal(t, expected(pg->size(), n, op, dtype)))
+            << label(dtype, op) << " " << n;
+      }
     }
   }
   // Sizes across OpenMPI's algorithm switches, and one element.

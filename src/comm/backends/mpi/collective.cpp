@@ -78,12 +78,18 @@ std::exception_ptr Collective::mpi_error(int rc, const char* call) {
       ch_->where + "mpi: " + work_->describe() + ": " + call + " failed: " + error_string(rc)));
 }
 
+bool Collective::pending() const {
+  return requests_[0] != MPI_REQUEST_NULL || requests_[1] != MPI_REQUEST_NULL;
+}
+
 Task::State Collective::fail(std::exception_ptr error) {
   work_->complete(std::move(error));
-  step_ = {};  // the tensors go back to their owner...
-  if (request_ == MPI_REQUEST_NULL) return State::kDone;
-  at_ = Step::kLinger;  // ...unless MPI may still write into them: the closure kept them
-  return State::kLingering;
+  if (pending()) {  // MPI may still write into the tensors: the closures keep them until then
+    at_ = Step::kLinger;
+    return State::kLingering;
+  }
+  step_ = {};  // the tensors go back to their owner
+  return State::kDone;
 }
 
 // Note [MPI collective steps], the group's timeout.
@@ -99,7 +105,7 @@ Task::State Collective::time_out(const char* waiting_for) {
   }
   work_->complete(error);
   at_ = Step::kLinger;
-  return request_ == MPI_REQUEST_NULL ? State::kDone : State::kLingering;
+  return pending() ? State::kLingering : State::kDone;
 }
 
 Task::State Collective::take_in(Context& context) {
@@ -113,6 +119,7 @@ Task::State Collective::take_in(Context& context) {
   // Note [Blocking data step], step 1.
   mine_.may_block = context.alone && ch_->may_block;
   mine_.host = ch_->runtime->host();
+  mine_.ring = step_.round ? 1 : 0;
   if (mine_.may_block) {
     undecided_ = true;
     ++context.undecided;
@@ -124,7 +131,7 @@ Task::State Collective::take_in(Context& context) {
   }
   all_.resize(ch_->size);
   const int rc = MPI_Iallgather(&mine_, sizeof(mine_), MPI_BYTE, all_.data(), sizeof(mine_),
-                                MPI_BYTE, ch_->check, &request_);
+                                MPI_BYTE, ch_->check, &requests_[0]);
   if (rc != MPI_SUCCESS) return fail(mpi_error(rc, "MPI_Iallgather"));
   at_ = Step::kCheck;
   return State::kBusy;
@@ -160,7 +167,7 @@ Task::State Collective::advance(Context& context) {
     case Step::kNew:
       return take_in(context);
     case Step::kCheck:
-      rc = MPI_Test(&request_, &done, MPI_STATUS_IGNORE);
+      rc = MPI_Test(&requests_[0], &done, MPI_STATUS_IGNORE);
       if (rc != MPI_SUCCESS) return fail(mpi_error(rc, "MPI_Iallgather"));
       if (!done) {
         if (std::chrono::steady_clock::now() < deadline_) return State::kBusy;
@@ -179,6 +186,9 @@ Task::State Collective::advance(Context& context) {
       const bool block = std::all_of(all_.begin(), all_.end(), [&](const Published& p) {
         return p.may_block != 0 && p.host == mine_.host;
       });
+      // Only where every rank can (DPX_MPI_RING may differ; Note [Ring all-reduce]).
+      const bool ring = std::all_of(all_.begin(), all_.end(),
+                                    [](const Published& p) { return p.ring != 0; });
       ++ch_->turn;
       if (ch_->closed) {
         return fail(std::make_exception_ptr(DistributedError(
@@ -191,27 +201,45 @@ Task::State Collective::advance(Context& context) {
         if (rc != MPI_SUCCESS) return fail(mpi_error(rc, "the collective"));
         return finish_data_step();
       }
-      rc = step_.start(ch_->data, &request_);
+      if (ring) {
+        by_rounds_ = true;
+        return start_round();
+      }
+      rc = step_.start(ch_->data, &requests_[0]);
       if (rc != MPI_SUCCESS) return fail(mpi_error(rc, "starting the collective"));
       at_ = Step::kData;
       [[fallthrough]];
     }
     case Step::kData:
-      rc = MPI_Test(&request_, &done, MPI_STATUS_IGNORE);
-      if (rc != MPI_SUCCESS) return fail(mpi_error(rc, "MPI_Test"));
+      rc = MPI_Testall(2, requests_, &done, MPI_STATUSES_IGNORE);
+      if (rc != MPI_SUCCESS) return fail(mpi_error(rc, "MPI_Testall"));
       if (!done) {
         if (std::chrono::steady_clock::now() < deadline_) return State::kBusy;
         return time_out("the data exchange to complete (a peer stopped in the middle of it)");
       }
+      if (by_rounds_ && ++round_ < step_.rounds) return start_round();
       return finish_data_step();
     case Step::kLinger:
-      if (MPI_Test(&request_, &done, MPI_STATUS_IGNORE) != MPI_SUCCESS || done) {
+      if (MPI_Testall(2, requests_, &done, MPI_STATUSES_IGNORE) != MPI_SUCCESS || done) {
         step_ = {};
         return State::kDone;
       }
       return State::kLingering;
   }
   TORCH_INTERNAL_ASSERT(false, "unknown step");
+}
+
+// Note [Ring all-reduce] in ring.h: round round_ of the data step, with a tag no other round of
+// the collectives that can be in flight with it has (use_ring() left room for 1024 of them).
+Task::State Collective::start_round() {
+  const int per_collective = step_.rounds;
+  const int collectives = ch_->runtime->tag_ub() / per_collective;
+  const int tag = static_cast<int>(mine_.call.seq % static_cast<std::uint32_t>(collectives)) *
+      per_collective + round_;
+  const int rc = step_.round(ch_->data, round_, tag, requests_);
+  if (rc != MPI_SUCCESS) return fail(mpi_error(rc, "a round of the ring all-reduce"));
+  at_ = Step::kData;
+  return State::kBusy;
 }
 
 Task::State Collective::finish_data_step() {

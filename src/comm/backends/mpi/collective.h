@@ -12,7 +12,8 @@
 //     (the collectives before it started their data step, or were refused), it compares them:
 //     every rank sees the same descriptors, so on a difference all raise MismatchError, none
 //     moves data, and the turn passes (the group stays usable). Else it starts its data step
-//     (MPI_Iallreduce, MPI_Ibcast, ...), and the next collective's turn comes.
+//     (MPI_Iallreduce, MPI_Ibcast, ...; a large all-reduce's rounds of point-to-point messages:
+//     Note [Ring all-reduce] in ring.h), and the next collective's turn comes.
 //  3. When MPI completes the data step: what follows it on this thread (avg's division), then
 //     the Work completes.
 // (Step 2 chooses a blocking data step when every rank can: Note [Blocking data step].)
@@ -99,6 +100,7 @@ struct Channel {
   std::chrono::milliseconds timeout{0};
   Runtime* runtime = nullptr;
   bool may_block = false;  // DPX_MPI_BLOCKING=1 (Note [Blocking data step])
+  bool ring = true;        // not DPX_MPI_RING=0 (Note [Ring all-reduce] in ring.h)
   // MPI thread only (or a waiter helping it: Note [MPI thread], step 4).
   MPI_Comm data = MPI_COMM_NULL;   // the collectives' data
   MPI_Comm check = MPI_COMM_NULL;  // their descriptors (step 1)
@@ -115,6 +117,11 @@ struct Channel {
 // when `request` is null, blocking until it is done (Note [Blocking data step]).
 struct DataStep {
   std::function<int(MPI_Comm comm, MPI_Request* request)> start;
+  // Optional: a data step of `rounds` rounds of point-to-point requests, run instead of a
+  // non-blocking `start` (Note [Ring all-reduce] in ring.h). Round k (0, 1, ...) starts once the
+  // requests of round k - 1 completed, into requests[0] and [1]; `tag` is the round's own.
+  std::function<int(MPI_Comm comm, int k, int tag, MPI_Request* requests)> round;
+  int rounds = 0;
   std::function<void()> finish;  // optional: what follows the data step
 };
 
@@ -122,6 +129,7 @@ struct DataStep {
 struct Published {
   CollectiveDescriptor call;
   std::int64_t may_block = 0;  // Note [Blocking data step], step 1
+  std::int64_t ring = 0;       // it has DataStep::round (Note [Ring all-reduce], every rank's)
   std::uint64_t host = 0;      // Runtime::host()
 };
 
@@ -162,7 +170,9 @@ class Collective : public Task {
   enum class Step { kNew, kCheck, kTurn, kData, kLinger };
   State advance(Context& context);
   State take_in(Context& context);
+  State start_round();
   State finish_data_step();
+  bool pending() const;  // MPI may still write into the collective's buffers
   State fail(std::exception_ptr error);
   State time_out(const char* waiting_for);
   std::exception_ptr compare();
@@ -174,7 +184,10 @@ class Collective : public Task {
   std::shared_ptr<MpiWork> work_;
   std::chrono::steady_clock::time_point deadline_;
   Step at_ = Step::kNew;
-  MPI_Request request_ = MPI_REQUEST_NULL;
+  // The all-gather's (step 1), the data step's, or a round's two (DataStep::round).
+  MPI_Request requests_[2] = {MPI_REQUEST_NULL, MPI_REQUEST_NULL};
+  bool by_rounds_ = false;  // every rank runs DataStep::round (Note [Ring all-reduce])
+  int round_ = 0;           // the round in flight
   std::vector<Published> all_;  // every rank's (step 1)
   bool undecided_ = false;      // counted in Context::undecided
 };

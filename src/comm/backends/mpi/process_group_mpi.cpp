@@ -13,6 +13,7 @@
 #include "comm/backends/mpi/cuda_query.h"
 #include "comm/backends/mpi/datatypes.h"
 #include "comm/backends/mpi/direct.h"
+#include "comm/backends/mpi/ring.h"
 #include "comm/backends/mpi/runtime.h"
 #include "comm/backends/mpi/subgroup.h"
 #include "comm/coordination/consistency.h"
@@ -70,6 +71,7 @@ MpiGroup::MpiGroup(const BackendArgs& args)
   channel_->timeout = options().timeout;
   channel_->runtime = &runtime_;
   channel_->may_block = detail::env_int("DPX_MPI_BLOCKING", 0, 1).value_or(0) == 1;
+  channel_->ring = detail::env_int("DPX_MPI_RING", 0, 1).value_or(1) == 1;
   // A sub-group's own communicator first, by its members only; both are then duplicated from
   // it (or from MPI_COMM_WORLD), and it is freed.
   const MPI_Comm parent = args.members.empty() ? MPI_COMM_WORLD :
@@ -146,6 +148,9 @@ std::shared_ptr<Work> MpiGroup::do_allreduce(at::Tensor& tensor, const Allreduce
     return r ? MPI_Iallreduce(MPI_IN_PLACE, p, n, type, op, c, r)
              : MPI_Allreduce(MPI_IN_PLACE, p, n, type, op, c);
   };
+  if (channel_->ring && mpi::use_ring(tensor, size(), runtime_.tag_ub())) {
+    mpi::add_ring(step, tensor, type, op, rank(), size());
+  }
   // MPI has no average: a sum, then one division on the MPI thread, so every rank rounds alike.
   if (opts.op == ReduceOp::kAvg) step.finish = [t = tensor, w = size()] { t.div_(w); };
   return issue(describe_call(CollectiveKind::kAllreduce, tensor, static_cast<int>(opts.op)),

@@ -136,7 +136,11 @@ void Runtime::init() {
   MPI_Get_library_version(version, &len);
   library_.assign(version, len);
   library_ = library_.substr(0, library_.find_first_of("\n,"));
-  // Note [Blocking data step], one host: Note [What a host is] (namespaces split hosts).
+  int* tag_ub = nullptr;
+  int has_tag_ub = 0;
+  MPI_Comm_get_attr(MPI_COMM_WORLD, MPI_TAG_UB, &tag_ub, &has_tag_ub);
+  if (has_tag_ub && tag_ub) tag_ub_ = *tag_ub;
+    // Note [Blocking data step], one host: Note [What a host is] (namespaces split hosts).
   host_ = std::hash<std::string>()(host_identity());
 }
 

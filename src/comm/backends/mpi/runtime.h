@@ -82,6 +82,8 @@ class Runtime {
   const std::string& library() const { return library_; }
   // This process's host, as a hash (Note [Blocking data step] in collective.h).
   std::uint64_t host() const { return host_; }
+  // The largest message tag MPI allows (MPI_TAG_UB, at least 32767).
+  int tag_ub() const { return tag_ub_; }
 
   // Runs `fn` where MPI calls are made (the MPI thread, or a waiter in its stead: step 4) and
   // returns when it did, rethrowing what it threw. False (and `fn` not run) once the thread
@@ -111,6 +113,7 @@ class Runtime {
   int size_ = 1;
   std::string library_;
   std::uint64_t host_ = 0;
+  int tag_ub_ = 32767;
   bool owns_mpi_ = false;  // we initialised MPI, so we finalise it
 
   std::mutex mutex_;

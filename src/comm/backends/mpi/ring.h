@@ -1,0 +1,49 @@
+// An all-reduce of dpx's own over MPI's non-blocking point-to-point messages. Included only by
+// the mpi backend's files, inside #if DPX_WITH_MPI.
+//
+// Note [Ring all-reduce]
+// OpenMPI 4.1's non-blocking all-reduce (libnbc, MPI_Iallreduce) costs up to 3x its blocking
+// one on one host, from 16 KiB up (docs/performance.md, "The mpi backend's data step"), and the
+// blocking one cannot be bounded by a timeout (Note [Blocking data step] in collective.h). So,
+// from kRingBytes up, an all-reduce whose data step does not block is a ring of MPI_Isend and
+// MPI_Irecv instead, polled like any other request:
+//  1. The tensor is cut into p chunks (p ranks). In rounds 0 .. p-2, rank r sends chunk r - k
+//     to rank r + 1 and receives chunk r - k - 1 from rank r - 1 into a scratch buffer, which
+//     it then reduces into its own chunk (MPI_Reduce_local with the collective's MPI_Op, so
+//     every dtype and op of MPI's collective, float16's and bfloat16's user ops included).
+//     After them, rank r holds chunk r + 1 reduced over every rank.
+//  2. In rounds p-1 .. 2p-3 the reduced chunks go round once more, each received straight
+//     into its place.
+// Each chunk is reduced by one rank in one order and then copied, so every rank ends with the
+// same bits (MPI's collectives promise that too). Each rank sends and receives 2(p-1)/p of the
+// tensor, the least an all-reduce can.
+// Each round's messages carry a tag of their own, from the collective's number and the round:
+// a rank may start the next collective's first round while its neighbour is still in this
+// one's, and messages of one tag would then match the wrong receive (MPI orders them per tag).
+// The data communicator carries only collectives and these rounds (MPI keeps point-to-point
+// traffic apart from its collectives' on one communicator).
+#pragma once
+
+#include <ATen/ATen.h>
+#include <mpi.h>
+
+#include <cstddef>
+#include <cstdint>
+
+#include "comm/backends/mpi/collective.h"
+
+namespace dpx::detail::mpi {
+
+// From this size up (bytes), an all-reduce that does not block runs as a ring.
+constexpr std::int64_t kRingBytes = 64 * 1024;
+
+// Whether an all-reduce of `tensor` in a group of `size` ranks runs as a ring: a CPU tensor of
+// kRingBytes or more, with MPI_TAG_UB (`tag_ub`) leaving room for the tags of 1024 collectives
+// in flight together.
+bool use_ring(const at::Tensor& tensor, int size, int tag_ub);
+
+// Sets `step`'s rounds to the ring's, all-reducing `tensor` (contiguous) by `op`.
+void add_ring(DataStep& step, const at::Tensor& tensor, MPI_Datatype type, MPI_Op op, int rank,
+              int size);
+
+}  // namespace dpx::detail::mpi
