@@ -23,6 +23,7 @@ at::Tensor sum(int w, std::int64_t n, int scale) {
   return (at::arange(n, at::kLong).remainder(3) * w + w * (w + 1) / 2).to(at::kFloat) * scale;
 }
 
+// 129 KiB and more: a ring at 2, 3 and 4 ranks (kRingChunkBytes).
 // A rank can start the next collective's rounds while its neighbour is still in this one's;
 // each tensor has values of its own, so a message matched to another collective's receive
 // shows (with one tag for every round, this test crashed at 3 ranks: OpenMPI wrote a longer
@@ -32,7 +33,7 @@ TEST(MpiRing, ManyInFlight) {
   std::vector<at::Tensor> tensors;
   std::vector<std::shared_ptr<Work>> works;
   for (int i = 0; i < 24; ++i) {
-    tensors.push_back(mine(pg->rank(), 16411 + 4099 * (i % 5), i + 1));
+    tensors.push_back(mine(pg->rank(), 33037 + 4099 * (i % 5), i + 1));
     works.push_back(pg->allreduce(tensors.back()));
   }
   for (int i = 23; i >= 0; --i) {

@@ -63,7 +63,8 @@ class Ring {
 }  // namespace
 
 bool use_ring(const at::Tensor& tensor, int size, int tag_ub) {
-  return size > 1 && tensor.is_cpu() && static_cast<std::int64_t>(tensor.nbytes()) >= kRingBytes &&
+  const std::int64_t least = size == 2 ? kRingBytesTwoRanks : kRingChunkBytes * size;
+  return size > 1 && tensor.is_cpu() && static_cast<std::int64_t>(tensor.nbytes()) >= least &&
          tag_ub / (2 * (size - 1)) >= kCollectivesInFlight;
 }
 

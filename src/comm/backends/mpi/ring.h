@@ -4,9 +4,9 @@
 // Note [Ring all-reduce]
 // OpenMPI 4.1's non-blocking all-reduce (libnbc, MPI_Iallreduce) costs up to 3x its blocking
 // one on one host, from 16 KiB up (docs/performance.md, "The mpi backend's data step"), and the
-// blocking one cannot be bounded by a timeout (Note [Blocking data step] in collective.h). So,
-// from kRingBytes up, an all-reduce whose data step does not block is a ring of MPI_Isend and
-// MPI_Irecv instead, polled like any other request:
+// blocking one cannot be bounded by a timeout (Note [Blocking data step] in collective.h). So a
+// large all-reduce whose data step does not block is a ring of MPI_Isend and MPI_Irecv instead,
+// polled like any other request:
 //  1. The tensor is cut into p chunks (p ranks). In rounds 0 .. p-2, rank r sends chunk r - k
 //     to rank r + 1 and receives chunk r - k - 1 from rank r - 1 into a scratch buffer, which
 //     it then reduces into its own chunk (MPI_Reduce_local with the collective's MPI_Op, so
@@ -22,6 +22,13 @@
 // one's, and messages of one tag would then match the wrong receive (MPI orders them per tag).
 // The data communicator carries only collectives and these rounds (MPI keeps point-to-point
 // traffic apart from its collectives' on one communicator).
+// How large: a ring takes 2(p-1) rounds, each a message's latency, where MPI's own algorithms
+// for small messages take about log2(p); so it runs only where each rank's chunk is large
+// enough for bandwidth to rule (kRingChunkBytes). With 2 ranks both take two rounds, and the
+// ring beat libnbc from 4 KiB up on one host (1.46x against 3.68x raw MPI_Allreduce's time at
+// 4 KiB, 1.14x against 1.63x at 16 KiB; docs/performance.md). With more ranks this machine (2
+// cores) could only run them oversubscribed, where times swung 10x between runs, so the
+// per-chunk bound there is a conservative choice, not a measured crossover.
 #pragma once
 
 #include <ATen/ATen.h>
@@ -34,12 +41,14 @@
 
 namespace dpx::detail::mpi {
 
-// From this size up (bytes), an all-reduce that does not block runs as a ring.
-constexpr std::int64_t kRingBytes = 64 * 1024;
+// An all-reduce that does not block runs as a ring from kRingBytesTwoRanks up with 2 ranks, and
+// where each rank's chunk is kRingChunkBytes or more with more ranks.
+constexpr std::int64_t kRingBytesTwoRanks = 4 * 1024;
+constexpr std::int64_t kRingChunkBytes = 32 * 1024;
 
 // Whether an all-reduce of `tensor` in a group of `size` ranks runs as a ring: a CPU tensor of
-// kRingBytes or more, with MPI_TAG_UB (`tag_ub`) leaving room for the tags of 1024 collectives
-// in flight together.
+// the sizes above, with MPI_TAG_UB (`tag_ub`) leaving room for the tags of 1024 collectives in
+// flight together.
 bool use_ring(const at::Tensor& tensor, int size, int tag_ub);
 
 // Sets `step`'s rounds to the ring's, all-reducing `tensor` (contiguous) by `op`.
