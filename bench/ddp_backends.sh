@@ -1,0 +1,52 @@
+#!/usr/bin/env bash
+# DDP over shm, gloo and mpi on the `dpx-bench ddp` models (issue #43), alternated in one run:
+# ROUNDS rounds, each model and backend in turn (the backends' order rotated each round), WORLD
+# ranks of 1 intra-op thread. shm and gloo start under dpxrun, mpi under OpenMPI's mpirun (which
+# binds each rank to a core); each is `dpx-bench ddp-job`, whose rank 0 prints samples/s and
+# DDP's communication and exposed communication per step. Prints a line per run, then per
+# model and backend the medians, and the exposed share (exposed / communication) against shm's.
+#   bench/ddp_backends.sh [BUILD_DIR]     env: ROUNDS=3 WORLD=2 MODELS="cnn mlp" STEPS=10
+set -euo pipefail
+cd "$(dirname "$0")/.."
+build=${1:-build}
+rounds=${ROUNDS:-3} world=${WORLD:-2} steps=${STEPS:-10}
+out=$(mktemp -d /tmp/dpx-ddp-backends-XXXXXX)
+export OMP_NUM_THREADS=1
+backends=(shm gloo mpi)
+echo "# dpx-bench ddp-job, $world ranks x 1 thread, $steps steps, $rounds rounds; logs in $out"
+for round in $(seq 0 $((rounds - 1))); do
+  for model in ${MODELS:-cnn mlp}; do
+    for i in 0 1 2; do
+      b=${backends[$(( (i + round) % 3 ))]}
+      if [ "$b" = mpi ]; then
+        launcher=(mpirun.openmpi --allow-run-as-root --oversubscribe -np "$world" -x OMP_NUM_THREADS)
+      else
+        launcher=("$build/tools/dpxrun/dpxrun" --standalone --nproc-per-node "$world")
+      fi
+      log=$out/$model-$b-$round.log
+      "${launcher[@]}" "$build/bench/dpx-bench" ddp-job --backend "$b" --model "$model" \
+        --steps "$steps" > "$log" 2>&1 || { echo "$b $model round $round failed:" >&2; tail -n 5 "$log" >&2; exit 1; }
+      line=$(grep -o 'ddp-job model .*' "$log")
+      echo "round $round $line"
+      echo "$line" >> "$out/runs.txt"
+    done
+  done
+done
+python3 - "$out/runs.txt" <<'PY'
+import re, statistics, sys
+runs = {}
+for l in open(sys.argv[1]):
+    m = re.search(r"model (\w+) backend (\S+) .*samples/s ([\d.]+) comm_ms ([\d.]+) exposed_ms ([\d.]+)", l)
+    model, b, sps, comm, exp = m.group(1), m.group(2), *map(float, m.groups()[2:])
+    runs.setdefault((model, b), []).append((sps, comm, exp))
+for model in sorted({k[0] for k in runs}):
+    print(f"\n{model}: | backend | samples/s | comm ms/step | exposed ms/step | exposed share | share / shm's | samples/s vs shm |")
+    print("|---|---:|---:|---:|---:|---:|---:|")
+    med = {b: [statistics.median(r[k] for r in runs[(model, b)]) for k in range(3)]
+           for (m2, b) in runs if m2 == model}
+    for b in ("shm", "gloo", "mpi"):
+        if b not in med: continue
+        sps, comm, exp = med[b]
+        share, shm_share = exp / comm, med["shm"][2] / med["shm"][1]
+        print(f"| {b} | {sps:.1f} | {comm:.2f} | {exp:.2f} | {share:.3f} | {share / shm_share:.2f} | {sps / med['shm'][0]:.3f} |")
+PY
