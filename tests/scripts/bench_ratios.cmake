@@ -17,6 +17,14 @@ if(TARGET dpx-bench)
   dpx_bench_ratio_smoke(amp 1 amp --batch 4 --rounds 1 --steps 1)
   dpx_bench_ratio_smoke(fsdp 2 fsdp --width 32 --units 3 --batch 4 --rounds 1 --steps 1)
 endif()
+# `dpx-bench ddp-job` under run_local.sh (bench/ddp_backends.sh's shm and gloo runs).
+if(TARGET dpx-bench)
+  add_test(NAME bench_ddp_job_smoke
+    COMMAND bash "${PROJECT_SOURCE_DIR}/bench/run_local.sh" 2 --timeout 60 $<TARGET_FILE:dpx-bench>
+      ddp-job --backend shm --model mlp --mlp-width 64 --batch 4 --steps 2 --warmup 1)
+  set_tests_properties(bench_ddp_job_smoke PROPERTIES LABELS "scripts;bench" TIMEOUT 90
+    PASS_REGULAR_EXPRESSION "ddp-job model mlp backend shm ranks 2 .* samples/s [0-9.]+ comm_ms")
+endif()
 # `dpx-bench dcp-async` with a tiny model: it must save in the background and print its summary.
 if(TARGET dpx-bench)
   add_test(NAME bench_dcp_async_smoke

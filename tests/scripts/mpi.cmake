@@ -69,6 +69,15 @@ if(DPX_WITH_MPI AND DPX_MPIEXEC AND TARGET dpx-bench)
   set_tests_properties(bench_allreduce_mpi PROPERTIES LABELS "scripts;bench;mpi" TIMEOUT 90
     ENVIRONMENT "OMPI_ALLOW_RUN_AS_ROOT=1;OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1")
 endif()
+# dpx-bench ddp-job over mpi, two steps of the CNN (bench/ddp_backends.sh's mpi runs).
+if(DPX_WITH_MPI AND DPX_MPIEXEC AND TARGET dpx-bench)
+  add_test(NAME bench_ddp_job_mpi
+    COMMAND ${DPX_MPIEXEC} ${DPX_MPIEXEC_FLAGS} -np 2 $<TARGET_FILE:dpx-bench> ddp-job
+      --backend mpi --model cnn --batch 4 --steps 2 --warmup 1)
+  set_tests_properties(bench_ddp_job_mpi PROPERTIES LABELS "scripts;bench;mpi" TIMEOUT 90
+    ENVIRONMENT "OMPI_ALLOW_RUN_AS_ROOT=1;OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1"
+    PASS_REGULAR_EXPRESSION "ddp-job model cnn backend mpi ranks 2 .* samples/s [0-9.]+ comm_ms")
+endif()
 # The MPI's asynchronous-progress probe, one round, so it cannot rot (its numbers:
 # docs/performance.md).
 if(DPX_WITH_MPI AND DPX_MPIEXEC AND TARGET dpx-bench-mpi-progress)
