@@ -55,5 +55,35 @@ TEST(MpiRing, RanksThatDisagreeAboutTheRingAllTakeMpisAllreduce) {
   }
 }
 
+// A group destroyed while its collectives are in flight: they run to their end and the
+// communicators are freed after them (mpi::release). Freeing them at once made OpenMPI abort
+// the job in the ring's next MPI_Irecv (MPI_ERR_COMM), or crash inside libnbc with
+// DPX_MPI_RING=0. The group's barrier, issued after them, passes once every rank has started
+// them (Note [MPI collective steps]), so none is left queued, and 32 MiB of rounds outlast it.
+TEST(MpiRing, AGroupDestroyedWithCollectivesInFlightLetsThemFinish) {
+  for (const char* ring : {"1", "0"}) {
+    ::setenv("DPX_MPI_RING", ring, 1);
+    auto pg = mpi_group(milliseconds(5000));
+    ::unsetenv("DPX_MPI_RING");
+    const int w = pg->size();
+    std::vector<at::Tensor> tensors;
+    std::vector<std::shared_ptr<Work>> works;
+    for (int i = 0; i < 8; ++i) {
+      tensors.push_back(mine(pg->rank(), 1 << 20, i + 1));
+      works.push_back(pg->allreduce(tensors.back()));
+    }
+    pg->barrier()->wait();
+    pg.reset();
+    for (int i = 0; i < 8; ++i) {
+      works[i]->wait();
+      EXPECT_TRUE(torch::equal(tensors[i], sum(w, 1 << 20, i + 1))) << "ring " << ring << " " << i;
+    }
+  }
+  auto after = mpi_group(milliseconds(5000));
+  auto one = at::ones({3});
+  after->allreduce(one)->wait();
+  EXPECT_TRUE(torch::equal(one, at::full({3}, after->size(), at::kFloat)));
+}
+
 }  // namespace
 }  // namespace dpx::mpi_test

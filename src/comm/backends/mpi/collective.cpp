@@ -13,6 +13,12 @@ namespace {
 
 }  // namespace
 
+void release(Channel& ch) {
+  if (!ch.closed || ch.live != 0 || ch.data == MPI_COMM_NULL) return;
+  MPI_Comm_free(&ch.data);
+  MPI_Comm_free(&ch.check);
+}
+
 std::exception_ptr Channel::failure() {
   std::lock_guard<std::mutex> lock(mutex);
   return failed;
@@ -82,6 +88,10 @@ bool Collective::pending() const {
 }
 
 Task::State Collective::fail(std::exception_ptr error) {
+  if (by_rounds_) {  // peers are in the ring's rounds, waiting for this rank's: as a timeout
+    std::lock_guard<std::mutex> lock(ch_->mutex);
+    if (!ch_->failed) ch_->failed = error;
+  }
   work_->complete(std::move(error));
   if (pending()) {  // MPI may still write into the tensors: the closures keep them until then
     at_ = Step::kLinger;
@@ -113,6 +123,8 @@ Task::State Collective::take_in(Context& context) {
     return fail(std::make_exception_ptr(DistributedError(
         ch_->where + "mpi: " + work_->describe() + ": the group was destroyed before it ran")));
   }
+  live_ = true;
+  ++ch_->live;
   mine_.call.seq = ch_->taken++;
   work_->number(mine_.call.seq);
   // Note [Blocking data step], step 1.
@@ -156,6 +168,11 @@ Task::State Collective::poll(Context& context) {
     undecided_ = false;
     --context.undecided;
   }
+  if (s == State::kDone && live_) {
+    live_ = false;
+    --ch_->live;
+    release(*ch_);
+  }
   return s;
 }
 
@@ -188,12 +205,9 @@ Task::State Collective::advance(Context& context) {
       // Only where every rank can (DPX_MPI_RING may differ; Note [Ring all-reduce]).
       const bool ring = std::all_of(all_.begin(), all_.end(),
                                     [](const Published& p) { return p.ring != 0; });
+      // Every rank took it in, so it runs, even where the group was destroyed since: its
+      // communicators outlive it (release()), and its peers would otherwise wait for it.
       ++ch_->turn;
-      if (ch_->closed) {
-        return fail(std::make_exception_ptr(DistributedError(
-            ch_->where + "mpi: " + work_->describe() + ": the group was destroyed before it "
-            "ran")));
-      }
       if (auto mismatch = compare()) return fail(mismatch);
       if (block) {
         rc = step_.start(ch_->data, nullptr);
@@ -232,7 +246,9 @@ Task::State Collective::advance(Context& context) {
 // the collectives that can be in flight with it has (use_ring() left room for 1024 of them).
 Task::State Collective::start_round() {
   const int per_collective = step_.rounds;
-  const int collectives = ch_->runtime->tag_ub() / per_collective;
+  // A power of two, so the tags run on unbroken when the uint32 numbers wrap.
+  int collectives = 1;
+  while (collectives <= ch_->runtime->tag_ub() / per_collective / 2) collectives *= 2;
   const int tag = static_cast<int>(mine_.call.seq % static_cast<std::uint32_t>(collectives)) *
       per_collective + round_;
   const int rc = step_.round(ch_->data, round_, tag, requests_);

@@ -110,15 +110,14 @@ MpiGroup::MpiGroup(const BackendArgs& args)
   });
 }
 
-// Collectives still queued fail (Channel::closed); MPI frees a communicator once the
-// collectives it started on it are complete.
+// Collectives still queued fail (Channel::closed); those in flight run to their end, and the
+// communicators are freed after them (mpi::release).
 MpiGroup::~MpiGroup() {
   auto ch = channel_;
   try {
     runtime_.call([ch] {
       ch->closed = true;
-      MPI_Comm_free(&ch->data);
-      MPI_Comm_free(&ch->check);
+      mpi::release(*ch);
     });
   } catch (const std::exception&) {
     // Nothing to report to from a destructor; MPI_Finalize frees them in any case.

@@ -24,9 +24,10 @@
 // traffic apart from its collectives' on one communicator).
 // How large: a ring takes 2(p-1) rounds, each a message's latency, where MPI's own algorithms
 // for small messages take about log2(p); so it runs only where each rank's chunk is large
-// enough for bandwidth to rule (kRingChunkBytes). With 2 ranks both take two rounds, and the
-// ring beat libnbc from 4 KiB up on one host (1.46x against 3.68x raw MPI_Allreduce's time at
-// 4 KiB, 1.14x against 1.63x at 16 KiB; docs/performance.md). With more ranks this machine (2
+// enough for bandwidth to rule (kRingChunkBytes). With 2 ranks the ring takes two rounds where
+// MPI's recursive doubling takes one, and still beat libnbc from 4 KiB up on one host (1.46x
+// against 3.68x raw MPI_Allreduce's time at 4 KiB, 1.14x against 1.63x at 16 KiB;
+// docs/performance.md). With more ranks this machine (2
 // cores) could only run them oversubscribed, where times swung 10x between runs, so the
 // per-chunk bound there is a conservative choice, not a measured crossover.
 #pragma once
