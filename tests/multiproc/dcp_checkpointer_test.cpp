@@ -21,6 +21,7 @@
 #include "dpx/fsdp/fully_shard.h"
 #include "dpx/runtime/files.h"
 #include "support/checkpoint_files.h"
+#include "support/dcp_resume.h"
 #include "support/harness.h"
 #include "support/python_oracle.h"
 #include "support/temp_dir.h"
@@ -28,111 +29,39 @@
 namespace dpx::dcp_checkpointer_test {
 namespace {
 
-const TrainingProgress kProgress{.epoch = 1, .step = 3, .sampler_position = 5};
+const TrainingProgress& kProgress = test::kDcpProgress;
+using Replica = test::DcpReplica;
 
-// dcp_oracle.py's optim_model() on this rank: sharded by fully_shard over `pg`, or whole.
-struct Replica {
-  torch::nn::Sequential net = test::dcp_optim_model();
-  std::function<torch::Tensor(const torch::Tensor&)> forward;
+torch::optim::Adam make_adam(const Replica& r) { return test::dcp_adam(r); }
 
-  Replica(bool sharded, const std::shared_ptr<ProcessGroup>& pg) {
-    if (sharded) {
-      fully_shard(net[2], pg);
-      auto model = fully_shard(net, pg);
-      forward = [model](const torch::Tensor& x) mutable { return model(x); };
-    } else {
-      forward = [n = net](const torch::Tensor& x) mutable { return n->forward(x); };
-    }
-  }
-  // Steps of Adam on the same batch on every rank: the same values on any world size.
-  void train(torch::optim::Optimizer& opt, int steps) {
-    for (int s = 0; s < steps; ++s) {
-      opt.zero_grad();
-      forward(test::dcp_optim_batch()).pow(2).sum().backward();
-      opt.step();
-    }
-  }
-  c10::impl::GenericDict whole_state(bool sharded) const {
-    auto dict = c10::impl::GenericDict(c10::StringType::get(), c10::TensorType::get());
-    const auto state = sharded ? full_state_dict(*net, {.rank0_only = false}) : state_dict(*net);
-    for (const auto& [name, t] : state) dict.insert(name, t);
-    return dict;
-  }
-};
-
-torch::optim::Adam make_adam(const Replica& r) {  // away from Adam's defaults
-  return torch::optim::Adam(r.net->parameters(),
-                            torch::optim::AdamOptions(0.05).betas({0.8, 0.95}).weight_decay(0.1));
-}
-
-// Every tensor of `got` (a state dict, or an optimizer's {'state': {name: {key: tensor}}}) equal
-// to `want`'s.
 void expect_same_state(const c10::impl::GenericDict& got, const c10::impl::GenericDict& want,
                        const std::string& what) {
-  ASSERT_EQ(got.size(), want.size()) << what;
-  for (const auto& e : want) {
-    ASSERT_TRUE(got.contains(e.key())) << what << " " << e.key();
-    if (e.value().isTensor()) {
-      EXPECT_TRUE(torch::equal(got.at(e.key()).toTensor(), e.value().toTensor()))
-          << what << " " << e.key().toStringRef();
-    } else {
-      expect_same_state(got.at(e.key()).toGenericDict(), e.value().toGenericDict(),
-                        what + " " + e.key().toStringRef());
-    }
-  }
+  test::expect_same_dict(got, want, what);
 }
 
 // 2 ranks train 3 steps and save kProgress to `dir`; rank 0 keeps the model and the optimizer's
-// state whole in <dir>/dcp-3-model.pt and -optim.pt.
+// state whole in <dir>/dcp-3-model.pt and -optim.pt (support/dcp_resume.h).
 void save_on_two(bool sharded, const std::string& dir) {
   test::StoreServer server;
   test::expect_all_ok(test::run_processes(2, [&](int rank) {
     torch::set_num_threads(1);
-    auto pg = new_process_group("shm", server.client(), rank, 2);
-    Replica r(sharded, pg);
-    auto adam = make_adam(r);
-    r.train(adam, 3);
-    DcpCheckpointer ckpt({.directory = dir}, pg);
-    EXPECT_EQ(ckpt.save(*r.net, adam, kProgress), ckpt.path_for_step(3));
-    const auto model = r.whole_state(sharded);
-    const auto optim = full_optimizer_state_dict(*r.net, adam, {.rank0_only = false});
-    if (rank == 0) {
-      torch_save(model, ckpt.path_for_step(3) + "-model.pt");
-      torch_save(optim, ckpt.path_for_step(3) + "-optim.pt");
-    }
+    test::dcp_train_and_save(new_process_group("shm", server.client(), rank, 2), sharded, dir);
   }));
 }
 
+// Saved on 2 ranks, resumed on 3 and on 1 (support/dcp_resume.h; under mpirun too).
 TEST(DcpCheckpointer, SavedOnTwoRanksResumesOnThreeAndOne) {
   for (const bool sharded : {true, false}) {
     SCOPED_TRACE(sharded ? "fully_shard" : "whole on every rank (DDP)");
     test::TempDir dir;
     save_on_two(sharded, dir.path());
-    const std::string saved = dir / "dcp-3";
     for (const int world : {3, 1}) {
       SCOPED_TRACE("resumed on " + std::to_string(world));
       test::StoreServer server;
       test::expect_all_ok(test::run_processes(world, [&](int rank) {
         torch::set_num_threads(1);
-        auto pg = new_process_group("shm", server.client(), rank, world);
-        Replica r(sharded, pg);
-        torch::optim::Adam adam(r.net->parameters());  // defaults: the checkpoint's replace them
-        const auto progress = DcpCheckpointer({.directory = dir.path()}, pg).load_latest(*r.net,
-                                                                                         adam);
-        ASSERT_TRUE(progress.has_value());
-        EXPECT_EQ(progress->epoch, kProgress.epoch);
-        EXPECT_EQ(progress->step, kProgress.step);
-        EXPECT_EQ(progress->sampler_position, kProgress.sampler_position);
-        expect_same_state(r.whole_state(sharded), torch_load(saved + "-model.pt").toGenericDict(),
-                          "model");
-        const auto optim = full_optimizer_state_dict(*r.net, adam, {.rank0_only = false});
-        expect_same_state(optim.toGenericDict().at("state").toGenericDict(),
-                          torch_load(saved + "-optim.pt").toGenericDict().at("state")
-                              .toGenericDict(), "optimizer state");
-        const auto& options =
-            static_cast<const torch::optim::AdamOptions&>(adam.param_groups()[0].options());
-        EXPECT_DOUBLE_EQ(options.lr(), 0.05);
-        EXPECT_DOUBLE_EQ(options.weight_decay(), 0.1);
+        test::expect_dcp_resumes(new_process_group("shm", server.client(), rank, world), sharded,
+                                 dir.path());
       }));
     }
   }

@@ -5,7 +5,6 @@
 #include <torch/torch.h>
 
 #include <cstdio>
-#include <fstream>
 
 #include "dpx/checkpoint/fsdp_checkpoint.h"
 #include "dpx/dpx.h"
@@ -13,29 +12,19 @@
 #include "dpx/fsdp/fully_shard.h"
 #include "support/fsdp_models.h"
 #include "support/harness.h"
+#include "support/sharded_resume.h"
 
 namespace dpx::fsdp_checkpoint_test {
 namespace {
 
-constexpr int64_t kBatch = 6;  // the global batch: 3 rows a rank on 2 ranks, 2 on 3, 1 on 6
+using test::read_params;
+using test::write_params;
 
-torch::Tensor batch_x(int step) {
-  return torch::sin(torch::arange(kBatch * 6, torch::kDouble).reshape({kBatch, 6}) * (step + 1));
-}
-torch::Tensor batch_y(int step) {
-  return torch::cos(torch::arange(kBatch * 4, torch::kDouble).reshape({kBatch, 4}) * (step + 2));
-}
+torch::Tensor batch_x(int step) { return test::sharded_batch_x(step); }
 
-// Steps [from, to) of Adam on this rank's rows of the global batches.
 void train(FSDPModule<test::ShardNetImpl>& model, torch::optim::Optimizer& opt, int from, int to,
            int rank, int world) {
-  const int64_t rows = kBatch / world;
-  for (int s = from; s < to; ++s) {
-    opt.zero_grad();
-    torch::mse_loss(model(batch_x(s).narrow(0, rank * rows, rows)),
-                    batch_y(s).narrow(0, rank * rows, rows)).backward();
-    opt.step();
-  }
+  test::train_sharded_steps(model, opt, from, to, rank, world);
 }
 
 std::string temp_dir() {
@@ -43,48 +32,14 @@ std::string temp_dir() {
   return ::mkdtemp(tmpl);
 }
 
-void write_params(const std::string& path, const std::vector<std::pair<std::string, torch::Tensor>>& state) {
-  std::vector<torch::Tensor> parts;
-  for (const auto& [name, t] : state) parts.push_back(t.reshape({-1}));
-  auto flat = torch::cat(parts).contiguous();
-  std::ofstream(path, std::ios::binary)
-      .write(static_cast<const char*>(flat.data_ptr()), flat.numel() * sizeof(double));
-}
-
-torch::Tensor read_params(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::vector<char> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  return torch::from_blob(bytes.data(), {static_cast<int64_t>(bytes.size() / 8)}, torch::kDouble)
-      .clone();
-}
-
-// Trains on `world` ranks: resumes from `dir`'s newest checkpoint when `resume`, else starts
-// afresh and saves a sharded checkpoint after step `save_at`; runs to `steps`; rank 0 writes
-// the final full state dict's values to `out`.
+// `world` ranks over shm run support/sharded_resume.h's part (under mpirun too).
 void run(int world, const std::string& dir, bool resume, int save_at, int steps,
          const std::string& out) {
   test::StoreServer server;
   test::expect_all_ok(test::run_processes(world, [&](int rank) {
     torch::set_num_threads(1);
-    auto pg = new_process_group("shm", server.client(), rank, world);
-    auto net = test::make_shard_net();
-    auto model = test::shard(net, pg);
-    torch::optim::Adam opt(net->parameters(), torch::optim::AdamOptions(1e-2));
-    ShardedCheckpointer ckpt({.directory = dir}, pg);
-    int start = 0;
-    if (resume) {
-      auto progress = ckpt.load_latest(*net, opt);
-      ASSERT_TRUE(progress.has_value());
-      start = static_cast<int>(progress->step);
-      EXPECT_EQ(start, save_at);
-    } else {
-      train(model, opt, 0, save_at, rank, world);
-      ckpt.save(*net, opt, {.step = save_at});
-      start = save_at;
-    }
-    train(model, opt, start, steps, rank, world);
-    auto state = full_state_dict(*net);
-    if (rank == 0) write_params(out, state);
+    test::sharded_checkpoint_run(new_process_group("shm", server.client(), rank, world), dir,
+                                 resume, save_at, steps, out);
   }));
 }
 

@@ -5,35 +5,17 @@
 #include "dpx/algorithms/local_sgd.h"
 #include "support/expect_throws.h"
 #include "support/harness.h"
+#include "support/local_sgd_checks.h"
 
 namespace dpx {
 namespace {
 
-// Period 3 after a warm-up of 1: calls 1 and 4 average (of 0..5); the others leave each rank's
-// parameters as they are. Parameters without a gradient are never averaged.
+// Period 3 after a warm-up of 1: calls 1 and 4 average; parameters without a gradient never do
+// (support/local_sgd_checks.h).
 TEST(PeriodicModelAverager, AveragesOnTheScheduleParametersWithGradients) {
   auto store = Store::hash();
   auto errors = test::run_threads(2, [&](int rank) {
-    auto pg = new_process_group("shm", Store::prefix("avg", store), rank, 2);
-    auto p = torch::full({3}, 0.0).requires_grad_(true);
-    auto q = torch::full({2}, static_cast<float>(rank)).to(torch::kDouble).requires_grad_(true);
-    auto frozen = torch::full({2}, static_cast<double>(rank));
-    p.mutable_grad() = torch::zeros_like(p);
-    q.mutable_grad() = torch::zeros_like(q);
-    PeriodicModelAverager averager(3, pg, 1);
-    for (int call = 0; call < 6; ++call) {
-      {
-        torch::NoGradGuard no_grad;
-        p.fill_(rank == 0 ? call : 10 * call);
-      }
-      averager.average_parameters({p, q, frozen});
-      const bool averaged = call == 1 || call == 4;
-      const double want = averaged ? (call + 10.0 * call) / 2 : (rank == 0 ? call : 10 * call);
-      EXPECT_TRUE(torch::equal(p, torch::full({3}, want, torch::kFloat))) << "call " << call;
-      EXPECT_EQ(averager.step(), call + 1);
-    }
-    EXPECT_TRUE(torch::equal(q, torch::full({2}, 0.5, torch::kDouble)));
-    EXPECT_TRUE(torch::equal(frozen, torch::full({2}, static_cast<double>(rank))));
+    test::expect_periodic_averaging(new_process_group("shm", Store::prefix("avg", store), rank, 2));
   });
   for (int r = 0; r < 2; ++r) EXPECT_EQ(errors[r], "") << "rank " << r;
 }

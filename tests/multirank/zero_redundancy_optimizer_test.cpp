@@ -12,7 +12,6 @@ namespace dpx::zero_redundancy_optimizer_test {
 namespace {
 
 using test::copy_params;
-using test::set_grads;
 
 torch::nn::Sequential make_net() { return test::zero_net(); }
 
@@ -42,58 +41,22 @@ INSTANTIATE_TEST_SUITE_P(
     });
 
 // Consolidated on rank 0 of 2 ranks after 2 steps, saved, loaded by 3 ranks which take 2 more:
-// the parameters of 4 unsharded steps.
+// the parameters of 4 unsharded steps (support/zero_parity.h; under mpirun too).
 TEST(Zero, StateSavedAtOneWorldSizeLoadsAtAnother) {
   const auto net = make_net();
-  const auto make = optimizer_factory<torch::optim::Adam>(torch::optim::AdamOptions(1e-2));
-  auto ref_params = copy_params(net);
-  torch::optim::Adam ref(ref_params, torch::optim::AdamOptions(1e-2));
-  for (int s = 0; s < 4; ++s) {
-    set_grads(ref_params, s);
-    ref.step();
-  }
-
-  auto params_after_2 = copy_params(net);
-  std::string saved;
+  const auto want = test::zero_resume_reference(net);
+  test::ZeroSaved saved;
   auto store = Store::hash();
   auto errors = test::run_threads(2, [&](int rank) {
     auto pg = new_process_group("shm", Store::prefix("zero2", store), rank, 2);
-    auto params = rank == 0 ? params_after_2 : copy_params(net);
-    ZeroRedundancyOptimizer zero(params, pg, make);
-    for (int s = 0; s < 2; ++s) {
-      set_grads(params, s);
-      zero.step();
-    }
-    if (rank == 1) {
-      auto error = test::expect_throws<c10::Error>([&] {
-        std::ostringstream out;
-        torch::save(zero, out);
-      });
-      EXPECT_THAT(error, ::testing::HasSubstr("call consolidate_state_dict(to) on every rank"));
-    }
-    zero.consolidate_state_dict(0);
-    if (rank == 0) {
-      std::ostringstream out;
-      torch::save(zero, out);
-      saved = out.str();
-    }
+    auto mine = test::zero_save_after_two_steps(pg, net);
+    if (rank == 0) saved = mine;
   });
   for (int r = 0; r < 2; ++r) ASSERT_EQ(errors[r], "") << "rank " << r;
 
   errors = test::run_threads(3, [&](int rank) {
-    auto pg = new_process_group("gloo", Store::prefix("zero3", store), rank, 3);
-    std::vector<torch::Tensor> params;
-    for (const auto& p : params_after_2) params.push_back(p.detach().clone().requires_grad_(true));
-    ZeroRedundancyOptimizer zero(params, pg, make);
-    std::istringstream in(saved);
-    torch::load(zero, in);
-    for (int s = 2; s < 4; ++s) {
-      set_grads(params, s);
-      zero.step();
-    }
-    for (size_t i = 0; i < params.size(); ++i) {
-      EXPECT_TRUE(torch::equal(params[i], ref_params[i])) << "rank " << rank << " param " << i;
-    }
+    test::expect_zero_resumes(new_process_group("gloo", Store::prefix("zero3", store), rank, 3),
+                              saved, want);
   });
   for (int r = 0; r < 3; ++r) EXPECT_EQ(errors[r], "") << "rank " << r;
 }

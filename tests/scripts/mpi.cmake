@@ -25,6 +25,13 @@ if(DPX_WITH_MPI AND DPX_MPIEXEC)
     --gtest_filter=MpiSetupTimeout.*)
   set_tests_properties(mpi.setup_timeout PROPERTIES LABELS "multiproc;mpi" TIMEOUT 60
     ENVIRONMENT "OMPI_ALLOW_RUN_AS_ROOT=1;OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1")
+  # ZeRO's, ShardedCheckpointer's and DcpCheckpointer's state saved by 2 ranks and resumed by 3,
+  # two runs (resume.sh).
+  add_test(NAME mpi.resume COMMAND bash ${CMAKE_CURRENT_LIST_DIR}/mpi/resume.sh
+    ${DPX_MPIEXEC} "${DPX_MPIEXEC_FLAGS}" $<TARGET_FILE:dpx_mpi_tests>)
+  set_tests_properties(mpi.resume PROPERTIES LABELS "multiproc;mpi" TIMEOUT 240
+    PASS_REGULAR_EXPRESSION "mpi resume: PASS"
+    ENVIRONMENT "OMPI_ALLOW_RUN_AS_ROOT=1;OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1;OMPI_MCA_rmaps_base_oversubscribe=1")
   # OpenMPI's mpirun with a launch agent into a second network namespace (two_hosts.sh).
   if(DPX_MPI_VENDOR STREQUAL "openmpi")
     add_test(NAME mpi.two_hosts COMMAND bash ${CMAKE_CURRENT_LIST_DIR}/mpi/two_hosts.sh

@@ -1,7 +1,8 @@
-// The ZeroRedundancyOptimizer parity check, shared by threads as ranks
+// The ZeroRedundancyOptimizer checks, shared by threads as ranks
 // (tests/multirank/zero_redundancy_optimizer_test.cpp) and processes under mpirun
-// (tests/mpi/mpi_parity_test.cpp): after five steps with an LR change, every rank's parameters
-// equal the unsharded optimizer's bit for bit, and each rank keeps state for its shard only.
+// (tests/mpi/mpi_parity_test.cpp, mpi_resume_test.cpp): after five steps with an LR change, every
+// rank's parameters equal the unsharded optimizer's bit for bit, and each rank keeps state for
+// its shard only; and a state saved at one world size resumes at another.
 #pragma once
 
 #include <gtest/gtest.h>
@@ -10,6 +11,7 @@
 #include <functional>
 #include <memory>
 #include <ostream>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -100,6 +102,73 @@ inline void expect_zero_matches(const std::shared_ptr<ProcessGroup>& pg, const Z
   size_t owned = 0;
   for (int r = 0; r < pg->size(); ++r) owned += zero.shard(r).size();
   EXPECT_EQ(owned, params.size());
+}
+
+// ZeRO's state saved at one world size and loaded at another: Adam, 2 steps on the saving ranks,
+// 2 more on the loading ones, which end with the parameters of 4 unsharded steps.
+inline OptimizerFactory zero_resume_factory() {
+  return optimizer_factory<torch::optim::Adam>(torch::optim::AdamOptions(1e-2));
+}
+
+inline std::vector<torch::Tensor> zero_resume_reference(const torch::nn::Sequential& net) {
+  auto params = copy_params(net);
+  torch::optim::Adam ref(params, torch::optim::AdamOptions(1e-2));
+  for (int s = 0; s < 4; ++s) {
+    set_grads(params, s);
+    ref.step();
+  }
+  return params;
+}
+
+struct ZeroSaved {
+  std::string optimizer;               // torch::save's archive, consolidated
+  std::vector<torch::Tensor> params;  // after the saving ranks' steps
+};
+
+// The saving rank's part: 2 steps; a save before consolidate_state_dict is refused on the ranks
+// other than 0; consolidated on rank 0, which returns its archive and parameters (the others
+// return nothing).
+inline ZeroSaved zero_save_after_two_steps(const std::shared_ptr<ProcessGroup>& pg,
+                                           const torch::nn::Sequential& net) {
+  auto params = copy_params(net);
+  ZeroRedundancyOptimizer zero(params, pg, zero_resume_factory());
+  for (int s = 0; s < 2; ++s) {
+    set_grads(params, s);
+    zero.step();
+  }
+  if (pg->rank() != 0) {
+    std::string error;
+    try {
+      std::ostringstream out;
+      torch::save(zero, out);
+    } catch (const c10::Error& e) {
+      error = e.what();
+    }
+    EXPECT_NE(error.find("call consolidate_state_dict(to) on every rank"), std::string::npos)
+        << "a save before consolidation: '" << error << "'";
+  }
+  zero.consolidate_state_dict(0);
+  if (pg->rank() != 0) return {};
+  std::ostringstream out;
+  torch::save(zero, out);
+  return {out.str(), params};
+}
+
+// The loading rank's part, at any world size: `saved` loaded, steps 2 and 3 reach `want` exactly.
+inline void expect_zero_resumes(const std::shared_ptr<ProcessGroup>& pg, const ZeroSaved& saved,
+                                const std::vector<torch::Tensor>& want) {
+  std::vector<torch::Tensor> params;
+  for (const auto& p : saved.params) params.push_back(p.detach().clone().requires_grad_(true));
+  ZeroRedundancyOptimizer zero(params, pg, zero_resume_factory());
+  std::istringstream in(saved.optimizer);
+  torch::load(zero, in);
+  for (int s = 2; s < 4; ++s) {
+    set_grads(params, s);
+    zero.step();
+  }
+  for (size_t i = 0; i < params.size(); ++i) {
+    EXPECT_TRUE(torch::equal(params[i], want[i])) << "rank " << pg->rank() << " param " << i;
+  }
 }
 
 }  // namespace dpx::test
