@@ -2,7 +2,9 @@
 # The mpi backend's data step, default (non-blocking: dpx's ring from 4 KiB up at 2 ranks) against
 # DPX_MPI_RING=0 (OpenMPI's MPI_Iallreduce at every size) and DPX_MPI_BLOCKING=1, beside
 # MPI_Allreduce alone: 2 ranks under mpirun (NP=3, 4 for more), alternated in each of REPS
-# rounds, medians per size (docs/performance.md, issue #43). DPX_MALLOC=system for all (docs/backends.md, "Cost").
+# rounds, medians per size (docs/performance.md, issue #43). DPX_MALLOC=system for all, as in the
+# runs recorded before the block cache mapped its own blocks (bench/mpi_malloc.sh compares the
+# two policies).
 #   bench/mpi_modes.sh [BUILD_DIR]     env: REPS=5
 set -euo pipefail
 cd "$(dirname "$0")/.."

@@ -45,26 +45,40 @@ long faults_of_warm_step(std::int64_t floats) {
   return minor_faults() - before;
 }
 
-// Bytes glibc holds in mmap()ed blocks, beyond those before, while a 64 MiB tensor is alive and
-// after it was freed. Independent of page size, unlike fault counts (transparent huge pages
-// fault 2 MiB at a time).
+using test::run_in_child;
+
+detail::CpuBlockCache& cache() { return detail::CpuBlockCache::instance(); }
+
+// Bytes in mappings of their own: glibc's mmap()ed blocks and the cache's blocks.
+std::size_t mapped() { return ::mallinfo2().hblkhd + cache().mapped_bytes(); }
+
+// Bytes mapped, beyond those before, while a 64 MiB tensor is alive and after it was freed.
+// Independent of page size, unlike fault counts (transparent huge pages fault 2 MiB at a time).
 struct Mapped {
   std::size_t during, after;
 };
 Mapped mapped_around_free() {
-  const std::size_t before = ::mallinfo2().hblkhd;
+  const std::size_t before = mapped();
   Mapped m{};
   {
     auto t = torch::empty({kFloats});
-    m.during = ::mallinfo2().hblkhd - before;
+    m.during = mapped() - before;
   }
-  m.after = ::mallinfo2().hblkhd - before;
+  m.after = mapped() - before;
   return m;
 }
 
-using test::run_in_child;
-
-detail::CpuBlockCache& cache() { return detail::CpuBlockCache::instance(); }
+// One call of a library that mallocs a scratch buffer, writes it and frees it, as OpenMPI's
+// blocking all-reduce does; true if glibc mapped the buffer afresh.
+bool scratch_call_was_mapped(std::size_t bytes) {
+  const std::size_t before = ::mallinfo2().hblkhd;
+  // volatile: the compiler may drop writes to a block that is freed unread, and then the block
+  volatile char* p = static_cast<char*>(std::malloc(bytes));
+  const bool was_mapped = ::mallinfo2().hblkhd > before;
+  for (std::size_t i = 0; i < bytes; i += 4096) p[i] = 1;
+  std::free(const_cast<char*>(p));
+  return was_mapped;
+}
 
 constexpr std::size_t kMiB = 1 << 20;
 
@@ -134,6 +148,20 @@ TEST(MemoryPolicy, RawAllocationsRoundTrip) {
   });
 }
 
+// release() looks up only page-aligned pointers (Note [Blocks the cache lets go]); a small block
+// that malloc placed on a page is not the cache's and goes back to malloc.
+TEST(MemoryPolicy, ASmallBlockOnAPageGoesBackToMalloc) {
+  run_in_child([] {
+    apply_memory_policy(MemoryPolicy::kRetain);
+    auto big = torch::empty({kFloats});  // so the cache has a block of its own
+    void* p = nullptr;
+    ASSERT_EQ(::posix_memalign(&p, 4096, 8192), 0);
+    cache().raw_deleter()(p);
+    EXPECT_EQ(cache().mapped_bytes(), 64 * kMiB);
+    EXPECT_EQ(cache().cached_bytes(), 0u);
+  });
+}
+
 TEST(MemoryPolicy, ThreadsAllocatingAndFreeingAtOnceStayWithinTheLimit) {
   run_in_child([] {
     ::setenv("DPX_MALLOC_CACHE_MB", "24", 1);
@@ -173,17 +201,36 @@ TEST(MemoryPolicy, TheCacheHoldsNoMoreThanTwiceWhatWasLiveAtOnce) {
 }
 
 // (Note [Blocks the cache lets go]) After glibc freed a large mmap()ed block it serves large
-// blocks from its heap, where they stay once freed; under the cache they are mmap()ed still.
-TEST(MemoryPolicy, BlocksTheCacheHandlesAreMappedEvenAfterGlibcRaisedItsThreshold) {
+// blocks from its heap, where they stay once freed; a block the cache lets go leaves the process.
+TEST(MemoryPolicy, ABlockTheCacheLetsGoLeavesTheProcessEvenAfterGlibcRaisedItsThreshold) {
+  run_in_child([] {
+    ::setenv("DPX_MALLOC_CACHE_MB", "0", 1);  // the cache keeps nothing
+    apply_memory_policy(MemoryPolicy::kRetain);
+    // Freeing an mmap()ed block under glibc's 32 MiB ceiling raises its threshold to that size.
+    scratch_call_was_mapped(16 * kMiB);
+    const auto held = [] { return ::mallinfo2().arena + mapped(); };  // heap and mappings
+    const std::size_t before = held();
+    {
+      auto t = torch::empty({1 << 20});  // 4 MiB
+      EXPECT_EQ(cache().mapped_bytes(), 4 * kMiB);
+    }
+    EXPECT_EQ(cache().mapped_bytes(), 0u);
+    EXPECT_LT(held(), before + kMiB);
+  });
+}
+
+// (Note [Blocks the cache lets go]) The cache leaves glibc's mmap threshold to glibc: a library
+// that mallocs a large scratch buffer per call (OpenMPI's blocking all-reduce) gets it back from
+// glibc's heap, as under DPX_MALLOC=system, instead of a fresh mapping whose pages all fault.
+TEST(MemoryPolicy, RetainLeavesGlibcsMmapThresholdAlone) {
   run_in_child([] {
     apply_memory_policy(MemoryPolicy::kRetain);
-    // Freeing an mmap()ed block under glibc's 32 MiB ceiling raises its threshold to that size,
-    // were it still dynamic (volatile: the compiler may drop a malloc freed unused).
-    void* volatile big = std::malloc(16 * kMiB);
-    std::free(big);
-    const std::size_t before = ::mallinfo2().hblkhd;
-    auto t = torch::empty({1 << 20});  // 4 MiB
-    EXPECT_GE(::mallinfo2().hblkhd - before, 4 * kMiB);
+    constexpr std::size_t kBytes = 4 * kMiB;
+    scratch_call_was_mapped(kBytes);  // mapped: freeing it raises glibc's threshold above it
+    EXPECT_FALSE(scratch_call_was_mapped(kBytes));  // from the heap, which grows once
+    const long before = minor_faults();
+    EXPECT_FALSE(scratch_call_was_mapped(kBytes));
+    EXPECT_LT(minor_faults() - before, static_cast<long>(kBytes / 4096 / 10));
   });
 }
 

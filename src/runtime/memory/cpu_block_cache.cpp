@@ -3,8 +3,8 @@
 #include <c10/core/CPUAllocator.h>
 #include <c10/core/alignment.h>
 #include <c10/util/Exception.h>
-#include <malloc.h>
 #include <pthread.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -12,6 +12,7 @@
 #include <cstdlib>
 #include <fstream>
 #include <string>
+#include <utility>
 
 #include "runtime/env_read.h"
 
@@ -21,6 +22,20 @@ namespace {
 void* aligned_alloc_or_null(std::size_t n) {
   void* p = nullptr;
   return ::posix_memalign(&p, c10::gAlignment, n) == 0 ? p : nullptr;
+}
+
+// The cache's own blocks (Note [Blocks the cache lets go]): whole pages, so page-aligned, and
+// given back to the kernel the moment the cache lets them go.
+void* map_block(std::size_t size) {
+  void* p = ::mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  return p == MAP_FAILED ? nullptr : p;
+}
+
+void unmap_block(void* p, std::size_t size) { ::munmap(p, size); }
+
+bool page_aligned(const void* p) {
+  static const auto page = static_cast<std::uintptr_t>(::sysconf(_SC_PAGESIZE));
+  return reinterpret_cast<std::uintptr_t>(p) % page == 0;
 }
 
 // The cgroup's memory limit (v2, else v1), or 0 when there is none or it cannot be read.
@@ -99,8 +114,8 @@ c10::DataPtr CpuBlockCache::allocate_block(std::size_t n) const {
       return {p, p, &release, cpu};
     }
   }
-  void* p = aligned_alloc_or_null(size);  // outside the lock: the kernel may take its time
-  if (p == nullptr && release_cached() > 0) p = aligned_alloc_or_null(size);
+  void* p = map_block(size);  // outside the lock: the kernel may take its time
+  if (p == nullptr && release_cached() > 0) p = map_block(size);
   TORCH_CHECK(p, "DefaultCPUAllocator: not enough memory: you tried to allocate ", n, " bytes.");
   {
     std::lock_guard<std::mutex> lock(mutex_);
@@ -111,18 +126,18 @@ c10::DataPtr CpuBlockCache::allocate_block(std::size_t n) const {
 
 void CpuBlockCache::release(void* ptr) {
   if (ptr == nullptr) return;
-  // Blocks of the cache's classes are at least kMinBytes; smaller ones skip the lock.
-  if (::malloc_usable_size(ptr) < kMinBytes) {
+  // The cache's own blocks are mapped, so page-aligned; most of malloc's skip the lock.
+  if (!page_aligned(ptr)) {
     std::free(ptr);
     return;
   }
   const CpuBlockCache& self = instance();
+  std::size_t size = 0;  // stays 0 for a block below kMinBytes that malloc placed on a page
   {
     std::lock_guard<std::mutex> lock(self.mutex_);
     auto it = self.live_.find(ptr);
-    // Not found: a block below kMinBytes that malloc rounded up.
     if (it != self.live_.end()) {
-      const std::size_t size = it->second;
+      size = it->second;
       self.live_.erase(it);
       self.live_bytes_ -= size;
       if (self.make_room(size, size)) {
@@ -132,7 +147,11 @@ void CpuBlockCache::release(void* ptr) {
       }
     }
   }
-  std::free(ptr);
+  if (size == 0) {
+    std::free(ptr);
+  } else {
+    unmap_block(ptr, size);
+  }
 }
 
 void CpuBlockCache::hand_out(void* p, std::size_t size) const {
@@ -161,7 +180,7 @@ bool CpuBlockCache::make_room(std::size_t bytes, std::size_t keep_class) const {
       if (asked < oldest_asked) oldest = &blocks, oldest_class = size, oldest_asked = asked;
     }
     if (oldest == nullptr) return false;
-    std::free(oldest->back());
+    unmap_block(oldest->back(), oldest_class);
     oldest->pop_back();
     cached_ -= oldest_class;
   }
@@ -169,24 +188,29 @@ bool CpuBlockCache::make_room(std::size_t bytes, std::size_t keep_class) const {
 }
 
 std::size_t CpuBlockCache::release_cached() const {
-  std::vector<void*> blocks;
+  std::vector<std::pair<void*, std::size_t>> blocks;
   std::size_t bytes = 0;
   {
     std::lock_guard<std::mutex> lock(mutex_);
     for (auto& [size, list] : free_) {
-      blocks.insert(blocks.end(), list.begin(), list.end());
+      for (void* b : list) blocks.emplace_back(b, size);
       list.clear();
     }
     bytes = cached_;
     cached_ = 0;
   }
-  for (void* b : blocks) std::free(b);
+  for (auto [b, size] : blocks) unmap_block(b, size);
   return bytes;
 }
 
 std::size_t CpuBlockCache::cached_bytes() const {
   std::lock_guard<std::mutex> lock(mutex_);
   return cached_;
+}
+
+std::size_t CpuBlockCache::mapped_bytes() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return cached_ + live_bytes_;
 }
 
 }  // namespace dpx::detail

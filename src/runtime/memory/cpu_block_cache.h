@@ -28,10 +28,11 @@ namespace dpx::detail {
 // until the small blocks around it are freed and merged. Measured with a 64 MiB tensor per step,
 // the heap grew by 7 such blocks before it settled. Per-thread arenas kept unmapping blocks above
 // 64 MiB as well.
+// The cache maps its blocks itself rather than asking malloc (Note [Blocks the cache lets go]).
 // The cache holds at most `limit` bytes of free blocks, and never more than twice the most bytes
 // that were handed out at once (Note [Cache bound]). A block freed beyond that first pushes out
 // blocks of the classes asked for least recently (sizes a past phase used, e.g. evaluation), and
-// goes back to malloc if that is not enough. Tensors allocated before the cache was installed keep
+// is unmapped if that is not enough. Tensors allocated before the cache was installed keep
 // their own deleter.
 //
 // Note [Cache bound]
@@ -48,6 +49,22 @@ namespace dpx::detail {
 // the memory, per local rank) with blocks of sizes gone by:
 // 716 MiB after 2,000 random collectives and growing, where the peak of live blocks was about
 // 100 MiB (docs/performance.md, "Memory of a long run"); twice the peak stops that at 200 MiB.
+//
+// Note [Blocks the cache lets go]
+// The cache decides which large blocks stay; those it gives back must leave the process. So it
+// maps each block itself (mmap, whole pages) and unmaps the blocks it lets go. Had it taken them
+// from malloc, free() would leave them in glibc's heap once glibc had raised its mmap threshold
+// (it does, up to 32 MiB, as mmap()ed blocks are freed): 80-100 MiB more per rank in a soak of
+// random collectives (docs/performance.md, "Memory of a long run").
+// Until 2026-11-29 the cache took its blocks from posix_memalign and fixed glibc's threshold at
+// kMinBytes (mallopt M_MMAP_THRESHOLD) instead. That made every malloc of 256 KiB or more in the
+// process a fresh mapping whose pages fault on every use: OpenMPI's blocking all-reduce mallocs a
+// scratch buffer of the message's size per call and took 2.4-3.6x raw MPI from 256 KiB up
+// (docs/performance.md, "The cache maps its own blocks"). glibc's threshold is now glibc's own, so
+// other libraries' large temporaries are reused from its heap as under DPX_MALLOC=system.
+// Blocks are told apart when freed by their address: the cache's are page-aligned, so release()
+// looks up only page-aligned pointers; one that malloc placed on a page is not in live_ and goes
+// to free().
 class CpuBlockCache final : public compat::Allocator {
  public:
   static constexpr std::size_t kMinBytes = 256 * 1024;
@@ -68,8 +85,10 @@ class CpuBlockCache final : public compat::Allocator {
   c10::DeleterFnPtr raw_deleter() const override { return &release; }
 
   std::size_t cached_bytes() const;
+  // The bytes of the cache's mapped blocks: handed out and cached.
+  std::size_t mapped_bytes() const;
   std::size_t limit() const { return limit_; }
-  // Gives every cached block back to malloc; returns the bytes released.
+  // Gives every cached block back to the kernel; returns the bytes released.
   std::size_t release_cached() const;
 
   // The size a request of n bytes is served with.

@@ -2,8 +2,6 @@
 
 #include <c10/util/Exception.h>
 
-#include <malloc.h>
-
 #include <mutex>
 
 #include "runtime/env_read.h"
@@ -25,16 +23,6 @@ MemoryPolicy apply_memory_policy(std::optional<MemoryPolicy> policy) {
     TORCH_WARN("dpx: another CPU allocator was registered with a higher priority, so freed "
                "tensor blocks are not cached (DPX_MALLOC=retain has no effect)");
     p = MemoryPolicy::kSystem;
-  }
-  // Note [Blocks the cache lets go]
-  // The cache decides which large blocks stay; those it gives
-  // back must leave the process. glibc's mmap threshold rises (up to 32 MiB) as mmap()ed blocks
-  // are freed, after which it serves large blocks from its heap and keeps them there when they
-  // are freed: 80-100 MiB per rank in a soak of random collectives (docs/performance.md,
-  // "Memory of a long run"). Fixed at the cache's smallest class, every block the cache handles
-  // is mmap()ed and goes back to the kernel when the cache frees it.
-  if (p == MemoryPolicy::kRetain) {
-    ::mallopt(M_MMAP_THRESHOLD, static_cast<int>(detail::CpuBlockCache::kMinBytes));
   }
   applied = p;
   return p;
