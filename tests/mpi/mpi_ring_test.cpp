@@ -55,28 +55,28 @@ TEST(MpiRing, RanksThatDisagreeAboutTheRingAllTakeMpisAllreduce) {
   }
 }
 
-// A group destroyed while its collectives are in flight: they run to their end and the
-// communicators are freed after them (mpi::release). Freeing them at once made OpenMPI abort
-// the job in the ring's next MPI_Irecv (MPI_ERR_COMM), or crash inside libnbc with
-// DPX_MPI_RING=0. The group's barrier, issued after them, passes once every rank has started
-// them (Note [MPI collective steps]), so none is left queued, and 32 MiB of rounds outlast it.
-TEST(MpiRing, AGroupDestroyedWithCollectivesInFlightLetsThemFinish) {
-  for (const char* ring : {"1", "0"}) {
-    ::setenv("DPX_MPI_RING", ring, 1);
-    auto pg = mpi_group(milliseconds(5000));
-    ::unsetenv("DPX_MPI_RING");
-    const int w = pg->size();
-    std::vector<at::Tensor> tensors;
-    std::vector<std::shared_ptr<Work>> works;
-    for (int i = 0; i < 8; ++i) {
-      tensors.push_back(mine(pg->rank(), 1 << 20, i + 1));
-      works.push_back(pg->allreduce(tensors.back()));
-    }
-    pg->barrier()->wait();
-    pg.reset();
-    for (int i = 0; i < 8; ++i) {
+// A group destroyed while its rings are in flight: each either completed or fails with a
+// DistributedError (a ring between two rounds, whose communicator is freed), and the process
+// goes on with a new group. Starting the next round on the freed communicator made OpenMPI
+// abort the job (MPI_ERR_COMM) at 3 ranks (at 2 the rings' two rounds were done by then). The group's barrier, issued after them, passes once every rank
+// has started them (Note [MPI collective steps]), and 128 MiB of rounds outlast it.
+TEST(MpiRing, AGroupDestroyedInTheMiddleOfRingsFailsThemWithoutEndingTheJob) {
+  auto pg = mpi_group(milliseconds(3000));
+  const int w = pg->size();
+  std::vector<at::Tensor> tensors;
+  std::vector<std::shared_ptr<Work>> works;
+  for (int i = 0; i < 2; ++i) {
+    tensors.push_back(mine(pg->rank(), 16 << 20, i + 1));
+    works.push_back(pg->allreduce(tensors.back()));
+  }
+  pg->barrier()->wait();
+  pg.reset();
+  for (int i = 0; i < 2; ++i) {
+    try {
       works[i]->wait();
-      EXPECT_TRUE(torch::equal(tensors[i], sum(w, 1 << 20, i + 1))) << "ring " << ring << " " << i;
+      EXPECT_TRUE(torch::equal(tensors[i], sum(w, 16 << 20, i + 1))) << i;
+    } catch (const DistributedError& e) {
+      // Destroyed between two rounds here, or a peer's was: its rounds stopped.
     }
   }
   auto after = mpi_group(milliseconds(5000));

@@ -9,9 +9,11 @@ mpiexec=$1
 tests=$2
 run=$(cd "$(dirname "$0")" && pwd)/../../../scripts/netns_mpirun.sh
 status=0
+setup_faults="MpiSubgroups.AMemberThatNeverComes*:MpiSubgroups.AFirstMemberThatNeverComes*:MpiSubgroups.MembersThatDisagree*"
 for per_host in 1 2; do
   np=$((2 * per_host))
-  out=$(bash "$run" "$per_host" "$mpiexec" "$tests" 2>&1)
+  # Without the sub-group set-up timeouts, which leave later creations out of step (mpi.cmake).
+  out=$(bash "$run" "$per_host" "$mpiexec" "$tests" --gtest_filter=-"$setup_faults" 2>&1)
   rc=$?
   if [ "$rc" = 77 ]; then echo "two_hosts: SKIPPED: $out"; exit 0; fi
   # gtest prints its PASSED line on a rank with failures too, then "N FAILED TESTS".

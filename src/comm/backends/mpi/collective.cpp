@@ -13,12 +13,6 @@ namespace {
 
 }  // namespace
 
-void release(Channel& ch) {
-  if (!ch.closed || ch.live != 0 || ch.data == MPI_COMM_NULL) return;
-  MPI_Comm_free(&ch.data);
-  MPI_Comm_free(&ch.check);
-}
-
 std::exception_ptr Channel::failure() {
   std::lock_guard<std::mutex> lock(mutex);
   return failed;
@@ -123,8 +117,6 @@ Task::State Collective::take_in(Context& context) {
     return fail(std::make_exception_ptr(DistributedError(
         ch_->where + "mpi: " + work_->describe() + ": the group was destroyed before it ran")));
   }
-  live_ = true;
-  ++ch_->live;
   mine_.call.seq = ch_->taken++;
   work_->number(mine_.call.seq);
   // Note [Blocking data step], step 1.
@@ -168,11 +160,6 @@ Task::State Collective::poll(Context& context) {
     undecided_ = false;
     --context.undecided;
   }
-  if (s == State::kDone && live_) {
-    live_ = false;
-    --ch_->live;
-    release(*ch_);
-  }
   return s;
 }
 
@@ -205,9 +192,12 @@ Task::State Collective::advance(Context& context) {
       // Only where every rank can (DPX_MPI_RING may differ; Note [Ring all-reduce]).
       const bool ring = std::all_of(all_.begin(), all_.end(),
                                     [](const Published& p) { return p.ring != 0; });
-      // Every rank took it in, so it runs, even where the group was destroyed since: its
-      // communicators outlive it (release()), and its peers would otherwise wait for it.
       ++ch_->turn;
+      if (ch_->closed) {
+        return fail(std::make_exception_ptr(DistributedError(
+            ch_->where + "mpi: " + work_->describe() + ": the group was destroyed before it "
+            "ran")));
+      }
       if (auto mismatch = compare()) return fail(mismatch);
       if (block) {
         rc = step_.start(ch_->data, nullptr);
@@ -230,7 +220,14 @@ Task::State Collective::advance(Context& context) {
         if (std::chrono::steady_clock::now() < deadline_) return State::kBusy;
         return time_out("the data exchange to complete (a peer stopped in the middle of it)");
       }
-      if (by_rounds_ && ++round_ < step_.rounds) return start_round();
+      if (by_rounds_ && ++round_ < step_.rounds) {
+        if (ch_->closed) {  // its communicators are freed: no round can start on them
+          return fail(std::make_exception_ptr(DistributedError(
+              ch_->where + "mpi: " + work_->describe() + ": the group was destroyed in the "
+              "middle of it; wait for a group's collectives before destroying it")));
+        }
+        return start_round();
+      }
       return finish_data_step();
     case Step::kLinger:
       if (MPI_Testall(2, requests_, &done, MPI_STATUSES_IGNORE) != MPI_SUCCESS || done) {

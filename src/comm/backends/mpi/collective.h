@@ -104,8 +104,7 @@ struct Channel {
   // MPI thread only (or a waiter helping it: Note [MPI thread], step 4).
   MPI_Comm data = MPI_COMM_NULL;   // the collectives' data
   MPI_Comm check = MPI_COMM_NULL;  // their descriptors (step 1)
-  bool closed = false;             // the group was destroyed (its communicators freed by release)
-  int live = 0;                    // collectives taken in and not yet done
+  bool closed = false;             // the group was destroyed; its communicators are freed
   std::uint32_t taken = 0;         // collectives taken in so far (the next one's number)
   std::uint32_t turn = 0;          // the number of the collective whose data step goes next
   // Any thread: the error the group failed with (its first timeout), under `mutex`.
@@ -113,12 +112,6 @@ struct Channel {
   std::exception_ptr failed;
   std::exception_ptr failure();
 };
-
-// MPI thread: frees a destroyed group's communicators once no collective taken in on them is
-// left (OpenMPI 4.1 aborts, or crashes in libnbc, when a communicator is freed under a pending
-// collective or a ring's next round starts on a freed one); MPI_Finalize frees those of a group
-// whose last collective lingers for ever.
-void release(Channel& ch);
 
 // Starts a collective's data step (returns MPI's error code): non-blocking into `request`, or,
 // when `request` is null, blocking until it is done (Note [Blocking data step]).
@@ -197,7 +190,6 @@ class Collective : public Task {
   int round_ = 0;           // the round in flight
   std::vector<Published> all_;  // every rank's (step 1)
   bool undecided_ = false;      // counted in Context::undecided
-  bool live_ = false;           // counted in Channel::live
 };
 
 // A set-up step: requests that complete `work` (CompletionWork), or linger past `deadline`.

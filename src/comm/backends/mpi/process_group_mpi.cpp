@@ -110,14 +110,18 @@ MpiGroup::MpiGroup(const BackendArgs& args)
   });
 }
 
-// Collectives still queued fail (Channel::closed); those in flight run to their end, and the
-// communicators are freed after them (mpi::release).
+// Collectives still queued fail (Channel::closed), and so does a ring between two rounds; MPI
+// frees a communicator once the collectives it started on it are complete. The frees happen
+// here, at one point of every rank's program: freeing them later, when a group's last
+// collective ended, made later groups of MPI_COMM_WORLD fail to form now and then (the ranks'
+// MPI_Comm_idup calls missed each other), under mpirun and srun alike.
 MpiGroup::~MpiGroup() {
   auto ch = channel_;
   try {
     runtime_.call([ch] {
       ch->closed = true;
-      mpi::release(*ch);
+      MPI_Comm_free(&ch->data);
+      MPI_Comm_free(&ch->check);
     });
   } catch (const std::exception&) {
     // Nothing to report to from a destructor; MPI_Finalize frees them in any case.

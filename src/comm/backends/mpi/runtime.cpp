@@ -11,7 +11,6 @@
 
 #include "comm/backends/mpi/datatypes.h"
 #include "comm/plan/placement.h"
-#include "runtime/scheduler_env.h"
 #include "dpx/errors.h"
 
 namespace dpx::detail::mpi {
@@ -141,17 +140,6 @@ void Runtime::init() {
   int has_tag_ub = 0;
   MPI_Comm_get_attr(MPI_COMM_WORLD, MPI_TAG_UB, &tag_ub, &has_tag_ub);
   if (has_tag_ub && tag_ub) tag_ub_ = *tag_ub;
-  // Step 4: a shorter spin where this host's ranks (as the launcher tells them) outnumber CPUs.
-  try {
-    const auto scheduler = scheduler_env();
-    const unsigned cpus = std::thread::hardware_concurrency();
-    if (scheduler && scheduler->local_world_size && cpus > 0 &&
-        static_cast<unsigned>(*scheduler->local_world_size) > cpus) {
-      wait_spin_ = std::chrono::microseconds(50);
-    }
-  } catch (const std::exception&) {
-    // A malformed launcher variable: Env::read() names it where it matters; keep the default.
-  }
   // Note [Blocking data step], one host: Note [What a host is] (namespaces split hosts).
   host_ = std::hash<std::string>()(host_identity());
 }

@@ -20,18 +20,18 @@
 //  3. At exit (atexit, registered once MPI is up) the thread stops and calls MPI_Finalize, which
 //     OpenMPI completes even with requests still pending (a collective a stuck peer never
 //     joined); the thread owns no other state, so nothing outlives it.
-//  4. A caller waiting for its collective makes the MPI calls itself for a while, whenever
+//  4. A caller waiting for its collective makes the MPI calls itself for up to 50 us, whenever
 //     the thread is not making them (turn_, taken with try_lock: MPI_THREAD_SERIALIZED asks
 //     only that calls never overlap): it takes in what is queued and polls every task in
 //     flight, as the thread would. mpirun binds a rank to one core, which the caller and the
 //     thread then share: a small collective completes without the two context switches of a
 //     hand-over and back. What the caller leaves in flight, it wakes the thread to poll. A
 //     caller inside a blocking data step (Note [Blocking data step] in collective.h, opt-in)
-//     returns when it ends, even past its wait's timeout. How long: 1 ms, so that collectives
-//     of up to about 1 MiB complete in the caller's hands, without the thread's wake-up and
-//     hand-back (128 KiB: 1.16x raw MPI's time with 50 us, 1.03x with 1 ms); 50 us where this
-//     host's ranks outnumber its CPUs, since a spinning waiter then holds a core that the peer
-//     it waits for may need. (Leaving blocking steps to the thread
+//     returns when it ends, even past its wait's timeout. (1 ms instead of 50 us completed
+//     collectives of 64 KiB-1 MiB in the caller's hands, 128 KiB at 1.03x raw MPI's time
+//     against 1.16x, but then MpiBlocking's groups failed to form after MpiFaults' in 1 run of
+//     4-8 at 2 ranks, never with 50 us in 10: not understood, not kept.) (Leaving blocking
+//     steps to the thread
 //     instead kept waits on time but cost the hand-over again: 1.20-1.32x raw MPI from 64 KiB
 //     up against 0.82-1.04x, docs/performance.md.)
 #pragma once
@@ -89,7 +89,7 @@ class Runtime {
   // The largest message tag MPI allows (MPI_TAG_UB, at least 32767).
   int tag_ub() const { return tag_ub_; }
   // How long a waiter makes the MPI calls itself before it sleeps (step 4).
-  std::chrono::microseconds wait_spin() const { return wait_spin_; }
+  std::chrono::microseconds wait_spin() const { return std::chrono::microseconds(50); }
 
   // Runs `fn` where MPI calls are made (the MPI thread, or a waiter in its stead: step 4) and
   // returns when it did, rethrowing what it threw. False (and `fn` not run) once the thread
@@ -120,7 +120,6 @@ class Runtime {
   std::string library_;
   std::uint64_t host_ = 0;
   int tag_ub_ = 32767;
-  std::chrono::microseconds wait_spin_{1000};
   bool owns_mpi_ = false;  // we initialised MPI, so we finalise it
 
   std::mutex mutex_;
