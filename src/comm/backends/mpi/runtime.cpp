@@ -208,12 +208,17 @@ void Runtime::run() {
     }
   }
   std::lock_guard<std::mutex> turn(turn_);  // no waiter is making a call, and none will (stop_)
-  active_.clear();
   in_flight_.store(0, std::memory_order_release);
+  // The tasks still in flight (lingering ones: a peer that never came) keep their tensors until
+  // MPI has let go of their requests, which is only at MPI_Finalize: a ring's receive that
+  // arrives over TCP while MPI finalises writes into its buffer. Dropped before, their memory
+  // was freed under it (the heap was found corrupt in MPI_Finalize, mpi.two_hosts on LibTorch
+  // 1.13, 1 run of 3). A program that finalises MPI itself does so later: the tasks stay.
   if (owns_mpi_) {
     int finalized = 0;
     MPI_Finalized(&finalized);
     if (!finalized) MPI_Finalize();
+    active_.clear();
   }
 }
 
