@@ -602,8 +602,8 @@ TEST(MpiSubgroups, MembersThatDisagreeGetMismatchError) {
 // A member that never comes: the first member ends in TimeoutError naming it, within the
 // timeout, and its MPI thread goes on serving other groups.
 // A failed set-up leaves the ranks' sub-group creations out of step (Note [MPI sub-groups]:
-// end the job after one): this test, the next and MembersThatDisagreeGetMismatchError run in a
-// process of their own (CTest mpi.npN.setup_faults), so no other test makes groups after them.
+// end the job after one): this test, the next and MembersThatDisagreeGetMismatchError come last
+// in the sub-group suite, which runs in a process of its own (CTest mpi.npN.subgroups).
 TEST(MpiSubgroups, AMemberThatNeverComesEndsInTimeoutError) {
   auto world = mpi_group();
   const int w = world->size();

@@ -4,19 +4,23 @@
 # install.
 if(DPX_WITH_MPI AND DPX_MPIEXEC)
   # A sub-group's failed set-up (a timeout, members that disagree) leaves the ranks' later
-  # creations out of step (Note [MPI sub-groups]): the tests that cause one run in a process
-  # of their own, after the rest.
-  set(_dpx_setup_faults "MpiSubgroups.AMemberThatNeverComes*:MpiSubgroups.AFirstMemberThatNeverComes*:MpiSubgroups.MembersThatDisagree*")
+  # creations out of step (Note [MPI sub-groups]), and after the fault tests (a collective left
+  # pending on one rank only) later groups of MPI_COMM_WORLD failed to form now and then (about
+  # 1 run in 8 at 2 ranks; not understood): the fault and sub-group suites run in processes of
+  # their own, each after the rest of its own process.
   foreach(np IN ITEMS 2 3 4)
     add_test(NAME mpi.np${np}
       COMMAND ${DPX_MPIEXEC} ${DPX_MPIEXEC_FLAGS} -np ${np} $<TARGET_FILE:dpx_mpi_tests>
-        --gtest_filter=-${_dpx_setup_faults})
-    add_test(NAME mpi.np${np}.setup_faults
+        --gtest_filter=-MpiFaults.*:MpiSubgroups.*)
+    add_test(NAME mpi.np${np}.faults
       COMMAND ${DPX_MPIEXEC} ${DPX_MPIEXEC_FLAGS} -np ${np} $<TARGET_FILE:dpx_mpi_tests>
-        --gtest_filter=${_dpx_setup_faults})
+        --gtest_filter=MpiFaults.*)
+    add_test(NAME mpi.np${np}.subgroups
+      COMMAND ${DPX_MPIEXEC} ${DPX_MPIEXEC_FLAGS} -np ${np} $<TARGET_FILE:dpx_mpi_tests>
+        --gtest_filter=MpiSubgroups.*)
     # OpenMPI refuses root without both variables (CI runs as root).
-    set_tests_properties(mpi.np${np} mpi.np${np}.setup_faults PROPERTIES LABELS "multiproc;mpi"
-      TIMEOUT 120
+    set_tests_properties(mpi.np${np} mpi.np${np}.faults mpi.np${np}.subgroups PROPERTIES
+      LABELS "multiproc;mpi" TIMEOUT 120
       ENVIRONMENT "OMPI_ALLOW_RUN_AS_ROOT=1;OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1;OMPI_MCA_rmaps_base_oversubscribe=1")
   endforeach()
   # The conformance suite's process-group and DDP cases on mpi, one process per rank

@@ -209,16 +209,16 @@ void Runtime::run() {
   }
   std::lock_guard<std::mutex> turn(turn_);  // no waiter is making a call, and none will (stop_)
   in_flight_.store(0, std::memory_order_release);
-  // The tasks still in flight (lingering ones: a peer that never came) keep their tensors until
-  // MPI has let go of their requests, which is only at MPI_Finalize: a ring's receive that
-  // arrives over TCP while MPI finalises writes into its buffer. Dropped before, their memory
-  // was freed under it (the heap was found corrupt in MPI_Finalize, mpi.two_hosts on LibTorch
-  // 1.13, 1 run of 3). A program that finalises MPI itself does so later: the tasks stay.
+  // The tasks still in flight (lingering ones: a peer that never came) are never dropped, so
+  // their tensors outlive MPI's hold on them: a ring's receive that arrives over TCP while MPI
+  // finalises writes into its buffer. Dropped before MPI_Finalize, their memory was freed under
+  // it (the heap was found corrupt in MPI_Finalize, mpi.two_hosts on LibTorch 1.13, 1 run of
+  // 3); dropped after it, mpi.np2 hung at exit in 2 runs of 10. The process is ending, and a
+  // program that finalises MPI itself does so later still.
   if (owns_mpi_) {
     int finalized = 0;
     MPI_Finalized(&finalized);
     if (!finalized) MPI_Finalize();
-    active_.clear();
   }
 }
 
