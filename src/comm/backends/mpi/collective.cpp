@@ -10,6 +10,7 @@
 namespace dpx::detail::mpi {
 namespace {
 
+constexpr std::chrono::microseconds kWaitSpin(50);
 
 }  // namespace
 
@@ -31,7 +32,7 @@ void MpiWork::wait(std::chrono::milliseconds timeout) {
   // A small collective finishes within microseconds, sooner than a sleeping thread wakes up:
   // make its MPI calls here for a while (Note [MPI thread], step 4), then sleep.
   const auto spin_until = std::chrono::steady_clock::now() + std::min<std::chrono::microseconds>(
-      channel_->runtime->wait_spin(), timeout);
+      kWaitSpin, timeout);
   channel_->runtime->help(done_, spin_until);
   std::unique_lock<std::mutex> lock(mutex_);
   if (!cv_.wait_for(lock, timeout, [&] { return done_.load(std::memory_order_relaxed); })) {

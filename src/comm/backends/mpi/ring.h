@@ -27,9 +27,9 @@
 // enough for bandwidth to rule (kRingChunkBytes). With 2 ranks the ring takes two rounds where
 // MPI's recursive doubling takes one, and still beat libnbc from 4 KiB up on one host (1.46x
 // against 3.68x raw MPI_Allreduce's time at 4 KiB, 1.14x against 1.63x at 16 KiB;
-// docs/performance.md). With more ranks this machine (2
-// cores) could only run them oversubscribed, where times swung 10x between runs, so the
-// per-chunk bound there is a conservative choice, not a measured crossover.
+// docs/performance.md). With more ranks this machine (2 cores) could only run them
+// oversubscribed, where times swung 10x between runs, so the per-chunk bound there is a
+// conservative choice, not a measured crossover.
 #pragma once
 
 #include <ATen/ATen.h>

@@ -88,8 +88,6 @@ class Runtime {
   std::uint64_t host() const { return host_; }
   // The largest message tag MPI allows (MPI_TAG_UB, at least 32767).
   int tag_ub() const { return tag_ub_; }
-  // How long a waiter makes the MPI calls itself before it sleeps (step 4).
-  std::chrono::microseconds wait_spin() const { return std::chrono::microseconds(50); }
 
   // Runs `fn` where MPI calls are made (the MPI thread, or a waiter in its stead: step 4) and
   // returns when it did, rethrowing what it threw. False (and `fn` not run) once the thread
