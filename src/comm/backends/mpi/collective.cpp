@@ -266,21 +266,55 @@ Task::State Collective::finish_data_step() {
   return State::kDone;
 }
 
-Task::State SetupTask::poll(Context&) {
-  int done = 0;
-  const int rc = MPI_Testall(static_cast<int>(requests_.size()), requests_.data(), &done,
-                             MPI_STATUSES_IGNORE);
-  if (rc != MPI_SUCCESS || done) {
-    if (!answered_) {
-      work_->complete(rc == MPI_SUCCESS ? nullptr : std::make_exception_ptr(DistributedError(
-          "mpi: setting up the group failed: " + error_string(rc))));
+void SetupTask::answer(std::exception_ptr error) {
+  if (answered_) return;
+  answered_ = true;
+  work_->complete(std::move(error));
+}
+
+Task::State SetupTask::finish(Context& context) {
+  if (context.creating == this) context.creating = nullptr;
+  return State::kDone;
+}
+
+// Note [One creation at a time] in collective.h.
+Task::State SetupTask::poll(Context& context) {
+  if (request_ != MPI_REQUEST_NULL) {
+    int done = 0;
+    const int rc = MPI_Test(&request_, &done, MPI_STATUS_IGNORE);
+    if (rc != MPI_SUCCESS) {
+      answer(std::make_exception_ptr(
+          DistributedError(where_ + "mpi: setting up the group failed: " + error_string(rc))));
+      return finish(context);
     }
+    if (!done) {
+      // The caller's own wait times out; MPI still owns the request.
+      if (std::chrono::steady_clock::now() >= deadline_) answered_ = true;
+      return answered_ ? State::kLingering : State::kBusy;
+    }
+  }
+  // The caller gave up: issue nothing more.
+  if (answered_) return finish(context);
+  if (next_ == dups_.size()) {
+    answer(nullptr);
+    return finish(context);
+  }
+  if (context.creating != nullptr && context.creating != this) {
+    // Another group's creation first; past the deadline this one never starts.
+    if (std::chrono::steady_clock::now() < deadline_) return State::kBusy;
+    answered_ = true;
     return State::kDone;
   }
-  if (!answered_ && std::chrono::steady_clock::now() >= deadline_) {
-    answered_ = true;  // the caller's own wait times out; MPI still owns the requests
+  context.creating = this;
+  const Dup& d = dups_[next_++];
+  const int rc = MPI_Comm_idup(d.parent, d.out, &request_);
+  if (rc != MPI_SUCCESS) {
+    request_ = MPI_REQUEST_NULL;
+    answer(std::make_exception_ptr(
+        DistributedError(where_ + "mpi: MPI_Comm_idup failed: " + error_string(rc))));
+    return finish(context);
   }
-  return answered_ ? State::kLingering : State::kBusy;
+  return State::kBusy;
 }
 
 }  // namespace dpx::detail::mpi

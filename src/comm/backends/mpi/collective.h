@@ -192,22 +192,50 @@ class Collective : public Task {
   bool undecided_ = false;      // counted in Context::undecided
 };
 
-// A set-up step: requests that complete `work` (CompletionWork), or linger past `deadline`.
-// `target` is what MPI writes into when they complete (the channel whose communicators
-// MPI_Comm_idup makes): kept alive until then, even when the caller gave up on the group.
+// Note [One creation at a time]
+// OpenMPI 4.1 agrees on a new communicator's context id by rounds of non-blocking all-reduces
+// on the parent, each taking the parent's next internal tag when it is issued, and a round
+// issues the next when the last completes. With two MPI_Comm_idup of one parent in flight, the
+// order in which their rounds take tags follows the order in which rounds complete, which can
+// differ across ranks; that matters once the ranks' free ids differ (a communicator freed under
+// a collective a peer never joined stays held on one rank only) and the agreement needs more
+// rounds: rounds of the two creations then pair across ranks, and one rank's creations finish
+// while another's wait for ever (tests/scripts/mpi/idup_in_flight.c: with two in flight and the
+// ranks' ids apart, 2 ranks hung in 5 runs of 5; one at a time, 300 rounds passed). It
+// showed as later groups of MPI_COMM_WORLD failing to form, now and then, after the fault tests.
+// So a process has one communicator creation in flight at a time: a SetupTask makes its
+// communicators one after another, and starts only when no other SetupTask's creation is in
+// flight (Context::creating). Every rank makes its groups in one order, so they stay paired.
+
+// A set-up step: duplicates each parent into its target communicator, one at a time, and
+// completes `work` (CompletionWork), or lingers past `deadline` while MPI still owns one.
+// `target` is what MPI writes into when they complete (the channel whose communicators these
+// are): kept alive until then, even when the caller gave up on the group. `where` starts errors.
 class SetupTask : public Task {
  public:
-  SetupTask(std::vector<MPI_Request> requests, std::chrono::steady_clock::time_point deadline,
-            std::shared_ptr<CompletionWork> work, std::shared_ptr<void> target)
-      : requests_(std::move(requests)), deadline_(deadline), work_(std::move(work)),
-        target_(std::move(target)) {}
+  struct Dup {
+    MPI_Comm parent;
+    MPI_Comm* out;
+  };
+  SetupTask(std::vector<Dup> dups, std::chrono::steady_clock::time_point deadline,
+            std::shared_ptr<CompletionWork> work, std::shared_ptr<void> target, std::string where)
+      : dups_(std::move(dups)), deadline_(deadline), work_(std::move(work)),
+        target_(std::move(target)), where_(std::move(where)) {}
   State poll(Context& context) override;
 
  private:
-  std::vector<MPI_Request> requests_;
+  // Completes the caller's wait (once); `error` null for success.
+  void answer(std::exception_ptr error);
+  // Done with MPI: lets the next creation start.
+  State finish(Context& context);
+
+  std::vector<Dup> dups_;
+  std::size_t next_ = 0;  // the next of dups_ to issue
+  MPI_Request request_ = MPI_REQUEST_NULL;
   std::chrono::steady_clock::time_point deadline_;
   std::shared_ptr<CompletionWork> work_;
   std::shared_ptr<void> target_;
+  std::string where_;
   bool answered_ = false;
 };
 

@@ -77,20 +77,13 @@ MpiGroup::MpiGroup(const BackendArgs& args)
   const MPI_Comm parent = args.members.empty() ? MPI_COMM_WORLD :
       mpi::create_subgroup_comm(runtime_, args.members, options().timeout, where());
   // MPI_Comm_idup, not MPI_Comm_dup: a rank that never makes the group must end in a timeout
-  // here, not block the MPI thread (and every other group's collectives) for ever.
-  std::vector<MPI_Request> requests(2, MPI_REQUEST_NULL);
+  // here, not block the MPI thread (and every other group's collectives) for ever. One at a
+  // time (Note [One creation at a time] in collective.h).
   auto ch = channel_;
-  runtime_.call([&] {
-    for (MPI_Comm* c : {&ch->data, &ch->check}) {
-      const int rc = MPI_Comm_idup(parent, c, &requests[c == &ch->check]);
-      if (rc != MPI_SUCCESS) {
-        throw DistributedError(where() + "mpi: MPI_Comm_idup failed: " + mpi::error_string(rc));
-      }
-    }
-  });
   auto made = std::make_shared<CompletionWork>(options().timeout, where());
   runtime_.submit(std::make_shared<mpi::SetupTask>(
-      std::move(requests), std::chrono::steady_clock::now() + options().timeout, made, ch));
+      std::vector<mpi::SetupTask::Dup>{{parent, &ch->data}, {parent, &ch->check}},
+      std::chrono::steady_clock::now() + options().timeout, made, ch, where()));
   try {
     made->wait();
   } catch (const TimeoutError&) {
@@ -112,9 +105,8 @@ MpiGroup::MpiGroup(const BackendArgs& args)
 
 // Collectives still queued fail (Channel::closed), and so does a ring between two rounds; MPI
 // frees a communicator once the collectives it started on it are complete. The frees happen
-// here, at one point of every rank's program: freeing them later, when a group's last
-// collective ended, made later groups of MPI_COMM_WORLD fail to form now and then (the ranks'
-// MPI_Comm_idup calls missed each other), under mpirun and srun alike.
+// here, at one point of every rank's program, so that the ranks' free context ids stay alike
+// where they can (they need not: Note [One creation at a time] in collective.h).
 MpiGroup::~MpiGroup() {
   auto ch = channel_;
   try {

@@ -27,13 +27,12 @@
 //     thread then share: a small collective completes without the two context switches of a
 //     hand-over and back. What the caller leaves in flight, it wakes the thread to poll. A
 //     caller inside a blocking data step (Note [Blocking data step] in collective.h, opt-in)
-//     returns when it ends, even past its wait's timeout. (1 ms instead of 50 us completed
-//     collectives of 64 KiB-1 MiB in the caller's hands, 128 KiB at 1.03x raw MPI's time
-//     against 1.16x, but then MpiBlocking's groups failed to form after MpiFaults' in 1 run of
-//     4-8 at 2 ranks, never with 50 us in 10: not understood, not kept.) (Leaving blocking
-//     steps to the thread
-//     instead kept waits on time but cost the hand-over again: 1.20-1.32x raw MPI from 64 KiB
-//     up against 0.82-1.04x, docs/performance.md.)
+//     returns when it ends, even past its wait's timeout. (1 ms instead of 50 us completes
+//     all-reduces of 256 KiB-1 MiB in the caller's hands, 0.95-1.00x raw MPI's time against
+//     1.04-1.18x, but DDP lost 2-6% of its samples/s with it, on the MLP with 1 ms for every
+//     collective and on the CNN with 1 ms up to 4 MiB: not kept, docs/performance.md.)
+//     (Leaving blocking steps to the thread instead kept waits on time but cost the hand-over
+//     again: 1.20-1.32x raw MPI from 64 KiB up against 0.82-1.04x, docs/performance.md.)
 #pragma once
 
 #include <mpi.h>
@@ -53,11 +52,16 @@
 
 namespace dpx::detail::mpi {
 
+class Task;
+
 // What the MPI thread tells a task it polls, and what tasks tell each other through it
 // (Note [Blocking data step] in collective.h).
 struct Context {
   bool alone = false;  // the task polled is the only one in flight, and nothing is queued
   int undecided = 0;   // collectives that published "may block" and have not yet chosen
+  // The task whose communicator creation MPI has in flight (Note [One creation at a time] in
+  // collective.h), or null.
+  const Task* creating = nullptr;
 };
 
 // One collective's steps on the MPI thread.
