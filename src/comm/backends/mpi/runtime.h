@@ -29,8 +29,9 @@
 //     caller inside a blocking data step (Note [Blocking data step] in collective.h, opt-in)
 //     returns when it ends, even past its wait's timeout. (1 ms instead of 50 us completes
 //     all-reduces of 256 KiB-1 MiB in the caller's hands, 0.95-1.00x raw MPI's time against
-//     1.04-1.18x, but DDP lost 2-6% of its samples/s with it, on the MLP with 1 ms for every
-//     collective and on the CNN with 1 ms up to 4 MiB: not kept, docs/performance.md.)
+//     1.04-1.18x, but on a loaded machine DDP lost up to 30% of its samples/s in some rounds
+//     (the waiter burns a core others want), and on a quiet one no gain showed: not kept,
+//     docs/performance.md.)
 //     (Leaving blocking steps to the thread instead kept waits on time but cost the hand-over
 //     again: 1.20-1.32x raw MPI from 64 KiB up against 0.82-1.04x, docs/performance.md.)
 #pragma once
