@@ -1,250 +1,33 @@
-// fully_shard against PyTorch's own fully_shard (FSDP2) on CPU over gloo
-// (tests/python/fsdp_reference.py): the same initial model, data and optimizer; after 20 steps
-// every parameter and buffer of the full state dict, and the full optimizer state dict
-// (get_optimizer_state_dict(full_state_dict=True)), agree to 1e-12 in float64, and within a
-// stated tolerance in float32 and under mixed precision (where the sums' order differs). dpx runs its
-// ranks as threads over each of its host backends; PyTorch runs one process per rank.
+// fully_shard against PyTorch's own fully_shard (support/fsdp_python.h), dpx's ranks as threads
+// over each of its host backends.
 #include <torch/torch.h>
 
-#include <chrono>
-#include <map>
-#include <mutex>
-#include <set>
-
-#include "dpx/checkpoint/python_format.h"
 #include "dpx/dpx.h"
-#include "dpx/fsdp/fsdp_state_dict.h"
-#include "dpx/fsdp/fully_shard.h"
-#include "support/fsdp_models.h"
+#include "support/fsdp_python.h"
 #include "support/harness.h"
-#include "support/python_oracle.h"
 #include "support/temp_dir.h"
 
 namespace dpx::fsdp_python_test {
 namespace {
 
-constexpr int kSteps = 20;
-constexpr int64_t kPerRank = 3;
-
-// A Python whose PyTorch has fully_shard: the build's oracle, else the project's .venv (PyTorch
-// 2.15, which scripts/setup.sh installs for every build): LibTorch 1.13's Python has no FSDP2,
-// and the files exchanged are torch.save's, the same for both.
-std::string fsdp_python() {
-  for (const std::string python : {std::string(DPX_PYTHON),
-                                   std::string(DPX_SOURCE_DIR "/.venv/bin/python")}) {
-    if (test::python_runs(python, "from torch.distributed.fsdp import fully_shard")) return python;
-  }
-  return "";
-}
-
-struct Case {
-  int world;
-  std::string optimizer;  // "sgd" or "adamw": test::sgd, test::adamw (fsdp_reference.py's)
-  bool tied;  // ShardNet's
-  torch::Dtype dtype = torch::kDouble;  // the parameters'
-  MixedPrecisionPolicy policy;
-  double atol = 1e-12;
-  std::string model = "";  // "": ShardNet; "seq": sequential(); "list": ListNet
-};
-
-std::string dtype_name(std::optional<at::ScalarType> dtype) {
-  if (!dtype) return "none";
-  switch (*dtype) {
-    case at::kDouble: return "float64";
-    case at::kFloat: return "float32";
-    case at::kBFloat16: return "bfloat16";
-    case at::kHalf: return "float16";
-    default: throw std::invalid_argument("no Python name for this dtype in the test");
-  }
-}
-
-
-// fsdp_reference.py's Sequential, as a LibTorch user writes it: Linear/Tanh/Linear/LayerNorm/
-// Linear, LayerNorm's weight frozen, units 0 and 2 (fully_shard(m[0]), as in Python).
-// Threads as ranks share torch's generator: each model is drawn under this lock.
-std::mutex seeding;
-
-torch::nn::Sequential sequential(torch::Dtype dtype) {
-  std::lock_guard<std::mutex> lock(seeding);
-  torch::manual_seed(11);
-  torch::nn::Sequential m(torch::nn::Linear(6, 13), torch::nn::Tanh(), torch::nn::Linear(13, 7),
-                          torch::nn::LayerNorm(torch::nn::LayerNormOptions({7})),
-                          torch::nn::Linear(7, 4));
-  m->to(dtype);
-  m[3]->named_parameters()["weight"].requires_grad_(false);
-  return m;
-}
-
-// fsdp_reference.py's ListNet: a ModuleList iterated by the model's own forward, which calls
-// each layer through its handle (the one line docs/fsdp.md asks for).
-struct ListNetImpl : torch::nn::Module {
-  explicit ListNetImpl(torch::Dtype dtype) {
-    std::lock_guard<std::mutex> lock(seeding);
-    torch::manual_seed(13);
-    layers = register_module("layers", torch::nn::ModuleList(torch::nn::Linear(6, 13),
-                                                               torch::nn::Linear(13, 7)));
-    head = register_module("head", torch::nn::Linear(7, 4));
-    to(dtype);
-  }
-  torch::Tensor forward(torch::Tensor x) {
-    for (std::size_t i = 0; i < layers->size(); ++i) {
-      x = torch::tanh(FSDPModule<torch::nn::LinearImpl>(layers->ptr<torch::nn::LinearImpl>(i))(x));
-    }
-    return head(x);
-  }
-  torch::nn::ModuleList layers;
-  torch::nn::Linear head{nullptr};
-};
-TORCH_MODULE(ListNet);
-
-std::shared_ptr<torch::nn::Module> make_model(const Case& c) {
-  if (c.model == "seq") return sequential(c.dtype).ptr();
-  if (c.model == "list") return ListNet(c.dtype).ptr();
-  return test::make_shard_net(c.tied, c.dtype).ptr();
-}
-
-// The case's model, sharded as fsdp_reference.py shards it: units first, then the root. The
-// forward goes through the root's handle.
-std::pair<std::shared_ptr<torch::nn::Module>, std::function<torch::Tensor(torch::Tensor)>>
-shard_model(const Case& c, const std::shared_ptr<ProcessGroup>& pg) {
-  FullyShardOptions options;  // output_dtype for the root only, as fsdp_reference.py
-  options.mp_policy = c.policy;
-  options.mp_policy.output_dtype.reset();
-  FullyShardOptions root = options;
-  root.mp_policy.output_dtype = c.policy.output_dtype;
-  if (c.model == "seq") {
-    auto m = sequential(c.dtype);
-    fully_shard(m[0], pg, options);
-    fully_shard(m[2], pg, options);
-    auto model = fully_shard(m, pg, root);
-    return {m.ptr(), [model](torch::Tensor x) mutable { return model(x); }};
-  }
-  if (c.model == "list") {
-    ListNet net(c.dtype);
-    for (const auto& layer : *net->layers) fully_shard(layer, pg, options);
-    auto model = fully_shard(net, pg, root);
-    return {net.ptr(), [model](torch::Tensor x) mutable { return model(x); }};
-  }
-  auto net = test::make_shard_net(c.tied, c.dtype);
-  for (auto& b : net->blocks) fully_shard(b, pg, options);
-  auto model = fully_shard(net, pg, root);
-  return {net.ptr(), [model](torch::Tensor x) mutable { return model(x); }};
-}
-
-struct PyTorchResult {
-  std::map<std::string, torch::Tensor> model;  // the full state dict, by name
-  c10::IValue optimizer;  // get_optimizer_state_dict(full_state_dict=True)
-};
-
-// Writes init.pt and data.pt, runs PyTorch's ranks, returns rank 0's final state.
-PyTorchResult run_pytorch(const std::string& python, const Case& c, const test::TempDir& dir,
-                          const torch::Tensor& x, const torch::Tensor& y) {
-  save_state_dict(*make_model(c), dir / "init.pt");
-  torch_save(c10::ivalue::Tuple::create({x, y}), dir / "data.pt");
-  test::PythonScript s;
-  s.script = "fsdp_reference.py";
-  s.python = python;
-  s.args = {dir.path(), std::to_string(c.world), c.optimizer,
-            !c.model.empty() ? c.model : c.tied ? "1" : "0", dtype_name(c.dtype),
-            dtype_name(c.policy.param_dtype), dtype_name(c.policy.reduce_dtype),
-            dtype_name(c.policy.output_dtype)};
-  s.timeout = std::chrono::seconds(240);
-  s.log = dir / "python.log";
-  if (!test::run_python(s).ok()) {
-    ADD_FAILURE() << "PyTorch's fully_shard run failed:\n" << test::read_file(dir / "python.log");
-    return {};
-  }
-  PyTorchResult out;
-  for (const auto& e : torch_load(dir / "final.pt").toGenericDict()) {
-    out.model[e.key().toStringRef()] = e.value().toTensor();
-  }
-  out.optimizer = torch_load(dir / "final_optim.pt");
-  return out;
-}
-
-// dpx's full_optimizer_state_dict against FSDP2's: the same parameter names with the same state
-// (tensors within tol, relative and absolute), and the same names in each param group.
-void expect_same_optimizer_state(const c10::IValue& ours, const c10::IValue& theirs, double tol) {
-  const auto our_state = ours.toGenericDict().at("state").toGenericDict();
-  const auto their_state = theirs.toGenericDict().at("state").toGenericDict();
-  EXPECT_EQ(our_state.size(), their_state.size());
-  for (const auto& kv : their_state) {
-    const auto& name = kv.key().toStringRef();
-    ASSERT_TRUE(our_state.contains(name)) << "no optimizer state for " << name;
-    const auto mine = our_state.at(name).toGenericDict();
-    for (const auto& e : kv.value().toGenericDict()) {
-      const auto& key = e.key().toStringRef();
-      ASSERT_TRUE(mine.contains(key)) << name << " has no " << key;
-      const auto a = mine.at(key).toTensor(), b = e.value().toTensor();
-      EXPECT_EQ(a.scalar_type(), b.scalar_type()) << name << "." << key;  // step: the default
-      EXPECT_TRUE(test::close_to_pytorch(a.to(torch::kDouble), b.to(torch::kDouble), tol, tol))
-          << name << "." << key;
-    }
-  }
-  const auto our_groups = ours.toGenericDict().at("param_groups").toListRef();
-  const auto their_groups = theirs.toGenericDict().at("param_groups").toListRef();
-  ASSERT_EQ(our_groups.size(), their_groups.size());
-  for (size_t i = 0; i < our_groups.size(); ++i) {
-    const auto names = [](const c10::IValue& group) {
-      std::vector<std::string> out;
-      for (const auto& n : group.toGenericDict().at("params").toListRef()) out.push_back(n.toStringRef());
-      return out;
-    };
-    EXPECT_EQ(names(our_groups[i]), names(their_groups[i])) << "param group " << i;
-    const auto keys = [](const c10::IValue& group) {
-      std::set<std::string> out;
-      for (const auto& e : group.toGenericDict()) out.insert(e.key().toStringRef());
-      return out;
-    };
-    EXPECT_EQ(keys(our_groups[i]), keys(their_groups[i])) << "param group " << i << "'s keys";
-  }
-}
+using Case = test::FsdpPythonCase;
 
 void expect_matches_pytorch(const Case& c) {
-  const auto python = fsdp_python();
-  if (python.empty()) GTEST_SKIP() << "SKIPPED: no Python with PyTorch's fully_shard";
-  // bfloat16 kernels change between releases (LibTorch 1.13's CPU ones drift 2e-2 from 2.15's
-  // in 20 steps): mixed precision is compared with PyTorch of the build's own version only.
-  if (c.policy.param_dtype && python != DPX_PYTHON) {
-    GTEST_SKIP() << "SKIPPED: LibTorch " DPX_TORCH_VERSION "'s Python has no fully_shard, and "
-                    "bfloat16 results differ between PyTorch versions";
+  std::string python;
+  if (const auto why = test::fsdp_python_skip(c, &python); !why.empty()) {
+    GTEST_SKIP() << "SKIPPED: " << why;
   }
-  torch::manual_seed(3);
-  const auto x = torch::randn({kSteps, c.world * kPerRank, 6}, c.dtype);
-  const auto y = torch::randn({kSteps, c.world * kPerRank, c.tied ? 6 : 4}, c.dtype);
+  const auto data = test::fsdp_python_data(c);
   test::TempDir dir;
-  const auto want = run_pytorch(python, c, dir, x, y);
+  const auto want = test::run_pytorch_fully_shard(python, c, dir.path(), data);
   ASSERT_FALSE(want.model.empty());
   for (const auto& backend : test::host_backends()) {
     SCOPED_TRACE(backend + ", world " + std::to_string(c.world));
     auto store = Store::hash();
     auto errors = test::run_threads(c.world, [&](int rank) {
       SCOPED_TRACE(backend + ", rank " + std::to_string(rank));  // failures come from the threads
-      auto pg = new_process_group(backend, store, rank, c.world);
-      auto [net, model] = shard_model(c, pg);
-      auto params = test::unique_parameters(*net);
-      auto opt = c.optimizer == "sgd" ? test::sgd(params) : test::adamw(params);
-      for (int s = 0; s < kSteps; ++s) {
-        opt->zero_grad();
-        auto mine = [&](const torch::Tensor& t) { return t[s].narrow(0, rank * kPerRank, kPerRank); };
-        torch::mse_loss(model(mine(x)).to(c.dtype), mine(y)).backward();
-        opt->step();
-      }
-      // The collectives first, the checks after (a failed check ends only rank 0's thread).
-      const auto got = full_state_dict(*net);
-      const auto optimizer = full_optimizer_state_dict(*net, *opt);
-      // PyTorch's optimizer state loaded into this rank's shards and gathered again.
-      load_full_optimizer_state_dict(*net, *opt, want.optimizer);
-      const auto reloaded = full_optimizer_state_dict(*net, *opt);
-      if (rank != 0) return;
-      // Momentum buffers sum about ten steps' gradients (momentum 0.9): ten times the room.
-      expect_same_optimizer_state(optimizer, want.optimizer, 10 * c.atol);
-      expect_same_optimizer_state(reloaded, want.optimizer, 0);
-      ASSERT_EQ(got.size(), want.model.size());
-      for (const auto& [name, tensor] : got) {
-        ASSERT_TRUE(want.model.count(name)) << name << " is not in PyTorch's state dict";
-        EXPECT_TRUE(test::close_to_pytorch(tensor, want.model.at(name), 0, c.atol)) << name;
-      }
+      test::train_and_compare_with_pytorch(c, new_process_group(backend, store, rank, c.world),
+                                           data, want);
     });
     for (int r = 0; r < c.world; ++r) EXPECT_EQ(errors[r], "") << "rank " << r;
   }

@@ -13,7 +13,7 @@ if(DPX_WITH_MPI AND DPX_MPIEXEC)
   foreach(np IN ITEMS 2 3 4)
     add_test(NAME mpi.np${np}
       COMMAND ${DPX_MPIEXEC} ${DPX_MPIEXEC_FLAGS} -np ${np} $<TARGET_FILE:dpx_mpi_tests>
-        --gtest_filter=-MpiFaults.*:MpiSubgroups.*)
+        --gtest_filter=-MpiFaults.*:MpiSubgroups.*:MpiFsdpPython.*)
     add_test(NAME mpi.np${np}.faults
       COMMAND ${DPX_MPIEXEC} ${DPX_MPIEXEC_FLAGS} -np ${np} $<TARGET_FILE:dpx_mpi_tests>
         --gtest_filter=MpiFaults.*)
@@ -23,6 +23,15 @@ if(DPX_WITH_MPI AND DPX_MPIEXEC)
     # OpenMPI refuses root without both variables (CI runs as root).
     set_tests_properties(mpi.np${np} mpi.np${np}.faults mpi.np${np}.subgroups PROPERTIES
       LABELS "multiproc;mpi" TIMEOUT 120
+      ENVIRONMENT "OMPI_ALLOW_RUN_AS_ROOT=1;OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1;OMPI_MCA_rmaps_base_oversubscribe=1")
+  endforeach()
+  # fully_shard against PyTorch's own (mpi_fsdp_python_test.cpp): each case at its world size,
+  # rank 0 running PyTorch's ranks beside them (about 10 s a case).
+  foreach(np IN ITEMS 2 3)
+    add_test(NAME mpi.np${np}.fsdp_python
+      COMMAND ${DPX_MPIEXEC} ${DPX_MPIEXEC_FLAGS} -np ${np} $<TARGET_FILE:dpx_mpi_tests>
+        --gtest_filter=MpiFsdpPython.*)
+    set_tests_properties(mpi.np${np}.fsdp_python PROPERTIES LABELS "multiproc;mpi" TIMEOUT 400
       ENVIRONMENT "OMPI_ALLOW_RUN_AS_ROOT=1;OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1;OMPI_MCA_rmaps_base_oversubscribe=1")
   endforeach()
   # The conformance suite's process-group and DDP cases on mpi, one process per rank
