@@ -57,8 +57,8 @@ void for_each_round(std::int64_t n, std::int64_t per_round, F body) {
 // costs the same wherever the cores are. On the AMD EPYC VM of docs/performance.md (issue #47),
 // whose two vCPUs move between a near placement (cross-core round trip ~0.08 us) and a far one
 // (~0.33 us), cycle counters gave the ordinary copy-in 18 cycles a line near and 70 far, 76% and
-// 83% of a 64 KiB all-reduce; streaming it made 32-64 KiB 3.6-4.1x faster far and took 0.99-1.10x
-// the time near. Below 32 KiB the near state lost more (8 KiB: 1.67-1.71x), so smaller messages
+// 83% of a 64 KiB all-reduce; streaming it made 32-64 KiB 3.5-4.1x faster far and took 0.98-1.10x
+// the time near (four runs). Below 32 KiB the near state lost more (8 KiB: 1.67-1.71x), so smaller messages
 // keep memcpy. The two-post path's owning stores (copy-in and the reduction into the own slot)
 // are not streamed: streaming its copy-in alone made 256-512 KiB 1.06-1.41x slower near. The
 // bytes are the same, so the result's bits are too.
