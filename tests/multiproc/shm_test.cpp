@@ -91,7 +91,9 @@ TEST(ShmBackend, EveryRankGetsTheSameBits) {
   const int world = 3;
   auto results = test::run_processes(world, [&](int rank) {
     auto pg = new_process_group("shm", server.client(), rank, world);
-    for (int64_t n : {1000, 3 << 20}) {  // the one-post path and the chunked one
+    // The one-post path with memcpy, at and past its streaming copy-in (32 KiB, a 20-byte tail
+    // past the last full line), and the chunked path.
+    for (int64_t n : {1000, 8191, 8192, 8197, 3 << 20}) {
       torch::manual_seed(rank);
       auto t = at::randn({n});
       auto want = t.clone();  // the sum in rank order, as both paths promise

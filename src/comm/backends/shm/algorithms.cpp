@@ -48,10 +48,30 @@ void for_each_round(std::int64_t n, std::int64_t per_round, F body) {
 // Cycle counters there, 2 ranks, 256 B, one call: 1248 -> 832 cycles (the wait for the peer,
 // whose own read-back it waited out, 1040 -> 364); 4 B to 4 KiB took 0.47-0.68x the time.
 // The tensor holds the same bytes, so the result's bits are the same.
-void allreduce_small(Channel& ch, at::Tensor& t, ReduceOp op) {
+//
+// Note [Streaming copy-in]
+// From options.streaming_in_bytes (32 KiB) on, the one-post all-reduce copies into its slot with
+// streaming stores. An ordinary store must first own the line, and every line of the slot was
+// last read by a peer, so each store waits for a transfer between cores; streaming stores write
+// to memory without taking the line, and the peer's reduction then reads it from memory, which
+// costs the same wherever the cores are. On the AMD EPYC VM of docs/performance.md (issue #47),
+// whose two vCPUs move between a near placement (cross-core round trip ~0.08 us) and a far one
+// (~0.33 us), cycle counters gave the ordinary copy-in 18 cycles a line near and 70 far, 76% and
+// 83% of a 64 KiB all-reduce; streaming it made 32-64 KiB 3.5-4.1x faster far and took 0.98-1.10x
+// the time near (four runs). Below 32 KiB the near state lost more (8 KiB: 1.67-1.71x), so smaller messages
+// keep memcpy. The two-post path's owning stores (copy-in and the reduction into the own slot)
+// are not streamed: streaming its copy-in alone made 256-512 KiB 1.06-1.41x slower near. The
+// bytes are the same, so the result's bits are too.
+void allreduce_small(Channel& ch, at::Tensor& t, ReduceOp op, const AlgorithmOptions& options) {
   const std::size_t bytes_n = t.numel() * t.element_size();
   const bool in_line = bytes_n <= kInlineBytes;  // Note [Inline data] in segment.h
-  std::memcpy(in_line ? static_cast<void*>(ch.mine_inline()) : ch.mine(), bytes(t), bytes_n);
+  if (in_line) {
+    std::memcpy(ch.mine_inline(), bytes(t), bytes_n);
+  } else if (bytes_n >= options.streaming_in_bytes) {
+    copy_streaming(ch.mine(), bytes(t), bytes_n);  // Note [Streaming copy-in]
+  } else {
+    std::memcpy(ch.mine(), bytes(t), bytes_n);
+  }
   ch.sync();
   c10::SmallVector<const void*, 8> srcs(ch.world());  // no allocation (Note [Call cost])
   for (int q = 0; q < ch.world(); ++q) {
@@ -119,7 +139,7 @@ void allreduce(Channel& ch, at::Tensor& tensor, ReduceOp op, const AlgorithmOpti
   if (ch.world() == 1) {
     barrier(ch);  // the tensor already is the result
   } else if (n <= std::min(options.small_bytes, ch.slot_bytes())) {
-    allreduce_small(ch, tensor, op);
+    allreduce_small(ch, tensor, op, options);
   } else {
     allreduce_large(ch, tensor, op, options);
   }

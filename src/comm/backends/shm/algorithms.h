@@ -29,6 +29,9 @@ struct AlgorithmOptions {
   std::size_t small_bytes = 64 << 10;
   // allreduce results at least this large are written past the cache (copy.h).
   std::size_t streaming_bytes = 16 << 20;
+  // one-post allreduces at least this large copy into the slot past the cache
+  // (Note [Streaming copy-in] in algorithms.cpp).
+  std::size_t streaming_in_bytes = 32 << 10;
 };
 
 void allreduce(Channel& ch, at::Tensor& tensor, ReduceOp op, const AlgorithmOptions& options);
