@@ -47,41 +47,27 @@ void expect_matches_pytorch(const Case& c) {
   pg->barrier()->wait();  // rank 0's folder outlives the others' reads
 }
 
+// The cases: test::fsdp_python_case() (support/fsdp_python.cpp).
 TEST(MpiFsdpPython, SgdMatchesPyTorchsFullyShardOnThreeRanks) {
-  expect_matches_pytorch({3, "sgd", false});
+  expect_matches_pytorch(test::fsdp_python_case());
 }
-
 TEST(MpiFsdpPython, AdamWWithATiedParameterMatchesPyTorchsFullyShard) {
-  expect_matches_pytorch({2, "adamw", true});
+  expect_matches_pytorch(test::fsdp_python_case());
 }
-
 TEST(MpiFsdpPython, Float32MatchesPyTorchsFullyShardWithinRounding) {
-  expect_matches_pytorch({3, "sgd", false, torch::kFloat, {}, 1e-5});
+  expect_matches_pytorch(test::fsdp_python_case());
 }
-
-// bfloat16 compute on float32 shards; the tolerances are fsdp_python_test.cpp's.
 TEST(MpiFsdpPython, MixedPrecisionPolicyMatchesPyTorchs) {
-  MixedPrecisionPolicy policy;
-  policy.param_dtype = at::kBFloat16;
-  policy.reduce_dtype = at::kFloat;
-  policy.output_dtype = at::kFloat;
-  expect_matches_pytorch({2, "adamw", false, torch::kFloat, policy, 1e-2});
+  expect_matches_pytorch(test::fsdp_python_case());
 }
-
-// Reduce-scatters in bfloat16: dpx's own MPI_Op for the sum.
 TEST(MpiFsdpPython, BFloat16ReductionMatchesPyTorchs) {
-  MixedPrecisionPolicy policy;
-  policy.param_dtype = at::kBFloat16;
-  policy.reduce_dtype = at::kBFloat16;
-  expect_matches_pytorch({2, "sgd", false, torch::kFloat, policy, 1e-2});
+  expect_matches_pytorch(test::fsdp_python_case());
 }
-
 TEST(MpiFsdpPython, ASequentialShardedAsInPythonMatchesPyTorchOnTwoRanks) {
-  expect_matches_pytorch({2, "adamw", false, torch::kDouble, {}, 1e-12, "seq"});
+  expect_matches_pytorch(test::fsdp_python_case());
 }
-
 TEST(MpiFsdpPython, AModuleListOfUnitsMatchesPyTorchOnThreeRanks) {
-  expect_matches_pytorch({3, "adamw", false, torch::kDouble, {}, 1e-12, "list"});
+  expect_matches_pytorch(test::fsdp_python_case());
 }
 
 }  // namespace

@@ -1,6 +1,6 @@
 // fully_shard against PyTorch's own fully_shard (FSDP2) on CPU over gloo
-// (tests/python/fsdp_reference.py), shared by threads as ranks (tests/multiproc/fsdp_python_test.cpp)
-// and processes under mpirun (tests/mpi/mpi_fsdp_python_test.cpp): the same initial model, data
+// (tests/python/fsdp_reference.py), shared by threads as ranks
+// (tests/multiproc/fsdp_python_test.cpp) and processes under mpirun (tests/mpi/mpi_fsdp_python_test.cpp): the same initial model, data
 // and optimizer; after 20 steps every parameter and buffer of the full state dict, and the full
 // optimizer state dict (get_optimizer_state_dict(full_state_dict=True)), agree to 1e-12 in
 // float64, and within a stated tolerance in float32 and under mixed precision (where the sums'
@@ -40,6 +40,8 @@ struct PyTorchFsdpResult {
   c10::IValue optimizer;  // get_optimizer_state_dict(full_state_dict=True)
 };
 
+// The case of the running test, by its name (FsdpPython.* and MpiFsdpPython.* share names).
+FsdpPythonCase fsdp_python_case();
 // Why the case cannot be compared on this machine, or "" (and `python`, the one to run).
 std::string fsdp_python_skip(const FsdpPythonCase& c, std::string* python);
 FsdpPythonData fsdp_python_data(const FsdpPythonCase& c);
