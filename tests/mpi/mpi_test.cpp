@@ -650,7 +650,8 @@ TEST(MpiSubgroups, AFirstMemberThatNeverComesEndsInTimeoutError) {
 
 // Run alone (CTest mpi.setup_timeout): the last rank never makes the group, and the others'
 // set-up ends in TimeoutError within the group's timeout instead of blocking in MPI. MPI's
-// group creations are then out of step across ranks, so nothing else runs after it.
+// group creations are then out of step across ranks, so nothing else runs after it but the
+// others' next group, which fails at once.
 TEST(MpiSetupTimeout, DISABLED_ARankThatNeverMakesTheGroup) {
   // Before MPI is up, the launcher's variables say who this is: OpenMPI's mpirun, else MPICH's
   // Hydra (PMI_RANK, PMI_SIZE).
@@ -672,6 +673,17 @@ TEST(MpiSetupTimeout, DISABLED_ARankThatNeverMakesTheGroup) {
               std::string::npos) << e.what();
   }
   EXPECT_LT(seconds_since(t0), 2.5);
+  // MPI still has that creation in flight, and makes one at a time: a later group fails at once
+  // saying so, not after its timeout blaming the peers (Note [One creation at a time]).
+  const auto t1 = Clock::now();
+  try {
+    mpi_group(milliseconds(3000));
+    ADD_FAILURE() << "a group was made while an earlier creation was still in flight";
+  } catch (const DistributedError& e) {
+    EXPECT_NE(std::string(e.what()).find("an earlier group's set-up in this process timed out"),
+              std::string::npos) << e.what();
+  }
+  EXPECT_LT(seconds_since(t1), 1.0);
 }
 
 // Run by hand (docs/backends.md): the last rank is killed while the others wait in an

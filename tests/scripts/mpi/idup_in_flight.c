@@ -2,15 +2,19 @@
  * src/comm/backends/mpi/collective.h): plain MPI, no dpx. Each round both ranks make two
  * duplicates of MPI_COMM_WORLD with MPI_Comm_idup, while each rank keeps a different random set
  * of its own communicators (duplicates of MPI_COMM_SELF, some freed), so the context ids the
- * ranks have free differ. "1" issues the second MPI_Comm_idup only once the first completed.
+ * ranks have free differ. "1" issues the second MPI_Comm_idup only once the first completed;
+ * a second argument "alike" gives both ranks the same held set (the same seed), the control.
  * With OpenMPI 4.1.4 on 2 ranks, two in flight left a rank waiting for ever in 5 runs of 5 (in
- * rounds 20-217); one at a time, all 300 rounds passed in 5 runs of 5.
+ * rounds 20-217); one at a time, all 300 rounds passed in 5 runs of 5, and so did two in flight
+ * with the held sets alike (5 of 5).
  *   mpicc.openmpi -O2 idup_in_flight.c -o idup_in_flight
  *   mpirun.openmpi -np 2 ./idup_in_flight 0   # two in flight: "round N: stuck", exit 2
- *   mpirun.openmpi -np 2 ./idup_in_flight 1   # one at a time: "300 rounds passed" */
+ *   mpirun.openmpi -np 2 ./idup_in_flight 1   # one at a time: "300 rounds passed"
+ *   mpirun.openmpi -np 2 ./idup_in_flight 0 alike   # the control: "300 rounds passed" */
 #include <mpi.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -39,7 +43,8 @@ int main(int argc, char** argv) {
   MPI_Init_thread(&argc, &argv, MPI_THREAD_SERIALIZED, &provided);
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   const int one_at_a_time = argc > 1 && atoi(argv[1]);
-  srand(1234 + 977 * rank);
+  const int alike = argc > 2 && strcmp(argv[2], "alike") == 0;
+  srand(alike ? 1234 : 1234 + 977 * rank);
   MPI_Comm held[32];
   int n = 0;
   for (int round = 0; round < 300; ++round) {

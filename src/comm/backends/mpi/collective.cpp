@@ -273,7 +273,10 @@ void SetupTask::answer(std::exception_ptr error) {
 }
 
 Task::State SetupTask::finish(Context& context) {
-  if (context.creating == this) context.creating = nullptr;
+  if (context.creating == this) {
+    context.creating = nullptr;
+    context.creation_abandoned = false;
+  }
   return State::kDone;
 }
 
@@ -288,8 +291,12 @@ Task::State SetupTask::poll(Context& context) {
       return finish(context);
     }
     if (!done) {
-      // The caller's own wait times out; MPI still owns the request.
-      if (std::chrono::steady_clock::now() >= deadline_) answered_ = true;
+      // The caller's own wait times out; MPI still owns the request, and it holds the turn of
+      // every later creation (Context::creation_abandoned).
+      if (std::chrono::steady_clock::now() >= deadline_) {
+        answered_ = true;
+        context.creation_abandoned = true;
+      }
       return answered_ ? State::kLingering : State::kBusy;
     }
   }
@@ -300,7 +307,16 @@ Task::State SetupTask::poll(Context& context) {
     return finish(context);
   }
   if (context.creating != nullptr && context.creating != this) {
-    // Another group's creation first; past the deadline this one never starts.
+    // Another group's creation first. One whose caller gave up may never complete: say so at
+    // once rather than time out blaming the peers. Past the deadline this one never starts.
+    if (context.creation_abandoned) {
+      answer(std::make_exception_ptr(DistributedError(
+          where_ + "mpi: an earlier group's set-up in this process timed out, and MPI still has "
+          "its communicator creation in flight (it cannot be cancelled); MPI makes one at a "
+          "time, so no group can be made after it. End the job and start again (every rank "
+          "must make each group, in the same order).")));
+      return State::kDone;
+    }
     if (std::chrono::steady_clock::now() < deadline_) return State::kBusy;
     answered_ = true;
     return State::kDone;

@@ -199,13 +199,21 @@ class Collective : public Task {
 // order in which their rounds take tags follows the order in which rounds complete, which can
 // differ across ranks; that matters once the ranks' free ids differ (a communicator freed under
 // a collective a peer never joined stays held on one rank only) and the agreement needs more
-// rounds: rounds of the two creations then pair across ranks, and one rank's creations finish
-// while another's wait for ever (tests/scripts/mpi/idup_in_flight.c: with two in flight and the
-// ranks' ids apart, 2 ranks hung in 5 runs of 5; one at a time, 300 rounds passed). It
+// rounds: rounds of the two creations can then pair across ranks (our reading of OpenMPI's
+// comm_cid.c; the program below shows the hang, not the pairing), and one rank's creations
+// finish while another's wait for ever (tests/scripts/mpi/idup_in_flight.c: with two in flight and the
+// ranks' ids apart, 2 ranks hung in 5 runs of 5; one at a time, or with the ids alike, 300
+// rounds passed in 5 of 5). It
 // showed as later groups of MPI_COMM_WORLD failing to form, now and then, after the fault tests.
-// So a process has one communicator creation in flight at a time: a SetupTask makes its
-// communicators one after another, and starts only when no other SetupTask's creation is in
-// flight (Context::creating). Every rank makes its groups in one order, so they stay paired.
+// So a process has one MPI_Comm_idup in flight at a time: a SetupTask makes its communicators
+// one after another, and starts only when no other SetupTask's is in flight (Context::creating).
+// Every rank makes its groups in one order (from several threads only if they take turns in
+// one order), so they stay paired. A sub-group's MPI_Comm_create_group (Note [MPI sub-groups]
+// in subgroup.h) agrees on an id by messages among its members, not by the parent's
+// all-reduces, and is not held to this turn. A creation whose caller timed out stays in flight
+// (MPI cannot cancel it) and keeps the turn: later groups of the process fail at once saying
+// so, where they would otherwise time out blaming their peers (end the job after a set-up
+// timeout, as docs/backends.md says).
 
 // A set-up step: duplicates each parent into its target communicator, one at a time, and
 // completes `work` (CompletionWork), or lingers past `deadline` while MPI still owns one.

@@ -63,6 +63,7 @@ struct Context {
   // The task whose communicator creation MPI has in flight (Note [One creation at a time] in
   // collective.h), or null.
   const Task* creating = nullptr;
+  bool creation_abandoned = false;  // its caller timed out (it may never complete)
 };
 
 // One collective's steps on the MPI thread.
