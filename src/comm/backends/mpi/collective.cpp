@@ -96,6 +96,11 @@ Task::State Collective::fail(std::exception_ptr error) {
   return State::kDone;
 }
 
+Task::State Collective::fail_destroyed(const char* when) {
+  return fail(std::make_exception_ptr(DistributedError(
+      ch_->where + "mpi: " + work_->describe() + ": the group was destroyed " + when)));
+}
+
 // Note [MPI collective steps], the group's timeout.
 Task::State Collective::time_out(const char* waiting_for) {
   auto error = std::make_exception_ptr(TimeoutError(
@@ -115,8 +120,7 @@ Task::State Collective::time_out(const char* waiting_for) {
 Task::State Collective::take_in(Context& context) {
   if (auto failed = ch_->failure()) return fail(failed);
   if (ch_->closed) {
-    return fail(std::make_exception_ptr(DistributedError(
-        ch_->where + "mpi: " + work_->describe() + ": the group was destroyed before it ran")));
+    return fail_destroyed("before it ran");
   }
   mine_.call.seq = ch_->taken++;
   work_->number(mine_.call.seq);
@@ -195,9 +199,7 @@ Task::State Collective::advance(Context& context) {
                                     [](const Published& p) { return p.ring != 0; });
       ++ch_->turn;
       if (ch_->closed) {
-        return fail(std::make_exception_ptr(DistributedError(
-            ch_->where + "mpi: " + work_->describe() + ": the group was destroyed before it "
-            "ran")));
+        return fail_destroyed("before it ran");
       }
       if (auto mismatch = compare()) return fail(mismatch);
       if (block) {
@@ -223,9 +225,8 @@ Task::State Collective::advance(Context& context) {
       }
       if (by_rounds_ && ++round_ < step_.rounds) {
         if (ch_->closed) {  // its communicators are freed: no round can start on them
-          return fail(std::make_exception_ptr(DistributedError(
-              ch_->where + "mpi: " + work_->describe() + ": the group was destroyed in the "
-              "middle of it; wait for a group's collectives before destroying it")));
+          return fail_destroyed("in the middle of it; wait for a group's collectives before "
+                                "destroying it");
         }
         return start_round();
       }
@@ -302,7 +303,7 @@ Task::State SetupTask::poll(Context& context) {
   }
   // The caller gave up: issue nothing more.
   if (answered_) return finish(context);
-  if (next_ == dups_.size()) {
+  if (next_ == outs_.size()) {
     answer(nullptr);
     return finish(context);
   }
@@ -322,8 +323,7 @@ Task::State SetupTask::poll(Context& context) {
     return State::kDone;
   }
   context.creating = this;
-  const Dup& d = dups_[next_++];
-  const int rc = MPI_Comm_idup(d.parent, d.out, &request_);
+  const int rc = MPI_Comm_idup(parent_, outs_[next_++], &request_);
   if (rc != MPI_SUCCESS) {
     request_ = MPI_REQUEST_NULL;
     answer(std::make_exception_ptr(

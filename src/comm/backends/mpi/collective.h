@@ -174,6 +174,7 @@ class Collective : public Task {
   State finish_data_step();
   bool pending() const;  // MPI may still write into the collective's buffers
   State fail(std::exception_ptr error);
+  State fail_destroyed(const char* when);  // the group was destroyed `when`
   State time_out(const char* waiting_for);
   std::exception_ptr compare();
   std::exception_ptr mpi_error(int rc, const char* call);
@@ -201,10 +202,10 @@ class Collective : public Task {
 // a collective a peer never joined stays held on one rank only) and the agreement needs more
 // rounds: rounds of the two creations can then pair across ranks (our reading of OpenMPI's
 // comm_cid.c; the program below shows the hang, not the pairing), and one rank's creations
-// finish while another's wait for ever (tests/scripts/mpi/idup_in_flight.c: with two in flight and the
-// ranks' ids apart, 2 ranks hung in 5 runs of 5; one at a time, or with the ids alike, 300
-// rounds passed in 5 of 5). It
-// showed as later groups of MPI_COMM_WORLD failing to form, now and then, after the fault tests.
+// finish while another's wait for ever (tests/scripts/mpi/idup_in_flight.c: with two in flight
+// and the ranks' ids apart, 2 ranks hung in 5 runs of 5; one at a time, or with the ids alike,
+// 300 rounds passed in 5 of 5). It showed as later groups of MPI_COMM_WORLD failing to form, now
+// and then, after the fault tests.
 // So a process has one MPI_Comm_idup in flight at a time: a SetupTask makes its communicators
 // one after another, and starts only when no other SetupTask's is in flight (Context::creating).
 // Every rank makes its groups in one order (from several threads only if they take turns in
@@ -215,19 +216,16 @@ class Collective : public Task {
 // so, where they would otherwise time out blaming their peers (end the job after a set-up
 // timeout, as docs/backends.md says).
 
-// A set-up step: duplicates each parent into its target communicator, one at a time, and
-// completes `work` (CompletionWork), or lingers past `deadline` while MPI still owns one.
-// `target` is what MPI writes into when they complete (the channel whose communicators these
-// are): kept alive until then, even when the caller gave up on the group. `where` starts errors.
+// A set-up step: duplicates `parent` into each of `outs`, one at a time, and completes `work`
+// (CompletionWork), or lingers past `deadline` while MPI still owns one. `target` owns what MPI
+// writes into when they complete (the channel whose communicators these are): kept alive until
+// then, even when the caller gave up on the group. `where` starts errors.
 class SetupTask : public Task {
  public:
-  struct Dup {
-    MPI_Comm parent;
-    MPI_Comm* out;
-  };
-  SetupTask(std::vector<Dup> dups, std::chrono::steady_clock::time_point deadline,
-            std::shared_ptr<CompletionWork> work, std::shared_ptr<void> target, std::string where)
-      : dups_(std::move(dups)), deadline_(deadline), work_(std::move(work)),
+  SetupTask(MPI_Comm parent, std::vector<MPI_Comm*> outs,
+            std::chrono::steady_clock::time_point deadline, std::shared_ptr<CompletionWork> work,
+            std::shared_ptr<void> target, std::string where)
+      : parent_(parent), outs_(std::move(outs)), deadline_(deadline), work_(std::move(work)),
         target_(std::move(target)), where_(std::move(where)) {}
   State poll(Context& context) override;
 
@@ -237,8 +235,9 @@ class SetupTask : public Task {
   // Done with MPI: lets the next creation start.
   State finish(Context& context);
 
-  std::vector<Dup> dups_;
-  std::size_t next_ = 0;  // the next of dups_ to issue
+  MPI_Comm parent_;
+  std::vector<MPI_Comm*> outs_;
+  std::size_t next_ = 0;  // the next of outs_ to issue
   MPI_Request request_ = MPI_REQUEST_NULL;
   std::chrono::steady_clock::time_point deadline_;
   std::shared_ptr<CompletionWork> work_;

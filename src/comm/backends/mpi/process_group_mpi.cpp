@@ -79,10 +79,15 @@ MpiGroup::MpiGroup(const BackendArgs& args)
   // MPI_Comm_idup, not MPI_Comm_dup: a rank that never makes the group must end in a timeout
   // here, not block the MPI thread (and every other group's collectives) for ever. One at a
   // time (Note [One creation at a time] in collective.h).
+  const auto free_parent = [parent] {  // on the MPI thread, once both are made (or failed)
+    if (parent == MPI_COMM_WORLD) return;
+    MPI_Comm freed = parent;
+    MPI_Comm_free(&freed);
+  };
   auto ch = channel_;
   auto made = std::make_shared<CompletionWork>(options().timeout, where());
   runtime_.submit(std::make_shared<mpi::SetupTask>(
-      std::vector<mpi::SetupTask::Dup>{{parent, &ch->data}, {parent, &ch->check}},
+      parent, std::vector<MPI_Comm*>{&ch->data, &ch->check},
       std::chrono::steady_clock::now() + options().timeout, made, ch, where()));
   try {
     made->wait();
@@ -91,15 +96,22 @@ MpiGroup::MpiGroup(const BackendArgs& args)
                        std::to_string(options().timeout.count()) + " ms (every member, all of "
                        "MPI_COMM_WORLD without a member list, makes each mpi group, in the same "
                        "order)");
+  } catch (const DistributedError&) {
+    // MPI refused one of the creations; none is in flight, so free what was made (the
+    // destructor does not run for a group that failed to form).
+    runtime_.call([&] {
+      for (MPI_Comm* c : {&ch->data, &ch->check}) {
+        if (*c != MPI_COMM_NULL) MPI_Comm_free(c);
+      }
+      free_parent();
+    });
+    throw;
   }
   // MPI's default handler aborts the job on an error; errors are dpx's exceptions instead.
   runtime_.call([&] {
     MPI_Comm_set_errhandler(ch->data, MPI_ERRORS_RETURN);
     MPI_Comm_set_errhandler(ch->check, MPI_ERRORS_RETURN);
-    if (parent != MPI_COMM_WORLD) {
-      MPI_Comm freed = parent;
-      MPI_Comm_free(&freed);
-    }
+    free_parent();
   });
 }
 
