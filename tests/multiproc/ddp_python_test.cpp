@@ -8,11 +8,10 @@
 
 #include <nlohmann/json.hpp>
 
-#include "multiproc/ddp_models.h"
-#include "multiproc/python_run.h"
 #include "dpx/dpx.h"
-#include "dpx/algorithms/local_sgd.h"
-#include "dpx/algorithms/powersgd.h"
+#include "multiproc/ddp_models.h"
+#include "support/ddp_python.h"
+#include "support/ddp_python_run.h"
 #include "support/harness.h"
 #include "support/python_oracle.h"
 #include "support/temp_dir.h"
@@ -21,22 +20,6 @@ namespace dpx::ddp_python_test {
 namespace {
 
 using namespace test::python;  // the oracle's helpers and constants
-
-// kSteps steps of `opt` on this rank's slices of `data`, as ddp_reference.py takes them.
-template <typename Ddp>
-void train(Ddp& ddp, torch::optim::Optimizer& opt,
-           const std::vector<test::Batch>& data, int rank) {
-  for (int s = 0; s < kSteps; ++s) {
-    auto b = test::slice(data[s], rank, kWorld);
-    opt.zero_grad();
-    torch::nn::functional::cross_entropy(ddp->forward(b.x), b.y).backward();
-    opt.step();
-  }
-}
-
-void expect_same_params(const std::string& python_file, const std::string& dpx_file) {
-  EXPECT_TRUE(test::close_to_pytorch(read_floats(dpx_file), read_floats(python_file), kRtol, kAtol));
-}
 
 TEST(DdpAgainstPython, SameFinalParameters) {
   DPX_SKIP_WITHOUT_PYTHON();
@@ -55,64 +38,37 @@ TEST(DdpAgainstPython, SameFinalParameters) {
   expect_same_params(py.dir() + "/python_final.bin", py.dir() + "/dpx_final.bin");
 }
 
-// powersgd_hook (rank 2, from iteration 2, error feedback and warm start) against PyTorch's
-// powerSGD_hook: same random factors (numpy's seed draws), same parameters. One bucket: with
-// several, PyTorch 1.13's own hook deadlocks on gloo (its futures' callbacks issue the P and Q
-// all-reduces in completion order, which differs between ranks).
+// powersgd_hook (support/ddp_python.h) against PyTorch's powerSGD_hook on gloo: same random
+// factors (numpy's seed draws), same parameters. One bucket: with several, PyTorch 1.13's own
+// hook deadlocks on gloo (its futures' callbacks issue the P and Q all-reduces in completion
+// order, which differs between ranks). On mpi: tests/mpi/mpi_ddp_python_test.cpp.
 TEST(PowerSgdAgainstPython, SameFinalParameters) {
   DPX_SKIP_WITHOUT_PYTHON();
   DPX_SKIP_UNLESS_PYTHON_HAS(DPX_PYTHON, "numpy");  // PyTorch's powerSGD_hook needs it
-  PythonRun py(R"(, "powersgd": {"rank": 2, "start_iter": 2})");
+  PythonRun py(kPowerSgdMeta);
   ASSERT_TRUE(py.ok()) << "python reference failed:\n" << py.log();
   test::StoreServer server;
   test::expect_all_ok(test::run_processes(kWorld, [&](int rank) {
     torch::set_num_threads(1);
-    auto pg = new_process_group("gloo", server.client(), rank, kWorld);
-    auto net = start_model(rank, py.init());
-    DistributedDataParallel ddp(net, pg);
-    hooks::PowerSGDOptions po;
-    po.matrix_approximation_rank = 2;
-    po.start_powersgd_iter = 2;
-    auto state = std::make_shared<hooks::PowerSGDState>(po);
-    ddp->register_comm_hook(state, hooks::powersgd_hook);
-    torch::optim::SGD opt(ddp->parameters(), torch::optim::SGDOptions(kLr).momentum(kMomentum));
-    train(ddp, opt, py.data(), rank);
-    EXPECT_LT(state->numel_after_compression(), state->numel_before_compression());
-    if (rank == 0) write_raw(py.dir() + "/dpx_final.bin", flat_params(net));
+    train_with_powersgd(new_process_group("gloo", server.client(), rank, kWorld), py.init(),
+                        py.data(), py.dir());
   }));
   expect_same_params(py.dir() + "/python_final.bin", py.dir() + "/dpx_final.bin");
 }
 
-// post_local_sgd_hook (no gradient all-reduce from iteration 2) with PostLocalSGDOptimizer and
-// PeriodicModelAverager(period 2, warm-up 2), against PyTorch's: each rank's own parameters.
-// The last step is not an averaging one, so the ranks end apart.
+// post-local SGD (support/ddp_python.h) on shm against PyTorch's: each rank's own parameters.
+// On mpi: tests/mpi/mpi_ddp_python_test.cpp.
 TEST(PostLocalSgdAgainstPython, SameParametersOnEveryRank) {
   DPX_SKIP_WITHOUT_PYTHON();
-  PythonRun py(R"(, "post_local_sgd": {"start_iter": 2, "period": 2, "warmup": 2})");
+  PythonRun py(kPostLocalSgdMeta);
   ASSERT_TRUE(py.ok()) << "python reference failed:\n" << py.log();
   test::StoreServer server;
   test::expect_all_ok(test::run_processes(kWorld, [&](int rank) {
     torch::set_num_threads(1);
-    auto pg = new_process_group("shm", server.client(), rank, kWorld);
-    auto net = start_model(rank, py.init());
-    DistributedDataParallel ddp(net, pg);
-    hooks::PostLocalSGDState state;
-    state.start_local_sgd_iter = 2;
-    state.post_local_gradient_allreduce = false;
-    ddp->register_comm_hook(state, hooks::post_local_sgd_hook);
-    PostLocalSGDOptimizer opt(
-        std::make_shared<torch::optim::SGD>(ddp->parameters(),
-                                            torch::optim::SGDOptions(kLr).momentum(kMomentum)),
-        std::make_shared<PeriodicModelAverager>(2, pg, 2));
-    train(ddp, opt, py.data(), rank);
-    write_raw(py.dir() + "/dpx_final_rank" + std::to_string(rank) + ".bin", flat_params(net));
+    train_with_post_local_sgd(new_process_group("shm", server.client(), rank, kWorld), py.init(),
+                              py.data(), py.dir());
   }));
-  for (int r = 0; r < kWorld; ++r) {
-    const auto suffix = "_rank" + std::to_string(r) + ".bin";
-    expect_same_params(py.dir() + "/python_final" + suffix, py.dir() + "/dpx_final" + suffix);
-  }
-  EXPECT_FALSE(torch::allclose(read_floats(py.dir() + "/dpx_final_rank0.bin"),
-                               read_floats(py.dir() + "/dpx_final_rank1.bin")));
+  expect_post_local_sgd_matches_python(py.dir());
 }
 
 std::vector<double> read_scales(const std::string& path) {

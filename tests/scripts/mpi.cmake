@@ -13,7 +13,7 @@ if(DPX_WITH_MPI AND DPX_MPIEXEC)
   foreach(np IN ITEMS 2 3 4)
     add_test(NAME mpi.np${np}
       COMMAND ${DPX_MPIEXEC} ${DPX_MPIEXEC_FLAGS} -np ${np} $<TARGET_FILE:dpx_mpi_tests>
-        --gtest_filter=-MpiFaults.*:MpiSubgroups.*:MpiFsdpPython.*)
+        --gtest_filter=-MpiFaults.*:MpiSubgroups.*:MpiFsdpPython.*:MpiDdpPython.*)
     add_test(NAME mpi.np${np}.faults
       COMMAND ${DPX_MPIEXEC} ${DPX_MPIEXEC_FLAGS} -np ${np} $<TARGET_FILE:dpx_mpi_tests>
         --gtest_filter=MpiFaults.*)
@@ -32,6 +32,16 @@ if(DPX_WITH_MPI AND DPX_MPIEXEC)
       COMMAND ${DPX_MPIEXEC} ${DPX_MPIEXEC_FLAGS} -np ${np} $<TARGET_FILE:dpx_mpi_tests>
         --gtest_filter=MpiFsdpPython.*)
     set_tests_properties(mpi.np${np}.fsdp_python PROPERTIES LABELS "multiproc;mpi" TIMEOUT 400
+      ENVIRONMENT "OMPI_ALLOW_RUN_AS_ROOT=1;OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1;OMPI_MCA_rmaps_base_oversubscribe=1")
+  endforeach()
+  # DDP's join(), PowerSGD and post-local SGD against PyTorch's Python DDP
+  # (mpi_ddp_python_test.cpp): join at 3 ranks, the hooks at 2, rank 0 running PyTorch's ranks
+  # beside them (15-30 s a case).
+  foreach(np IN ITEMS 2 3)
+    add_test(NAME mpi.np${np}.ddp_python
+      COMMAND ${DPX_MPIEXEC} ${DPX_MPIEXEC_FLAGS} -np ${np} $<TARGET_FILE:dpx_mpi_tests>
+        --gtest_filter=MpiDdpPython.*)
+    set_tests_properties(mpi.np${np}.ddp_python PROPERTIES LABELS "multiproc;mpi" TIMEOUT 300
       ENVIRONMENT "OMPI_ALLOW_RUN_AS_ROOT=1;OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1;OMPI_MCA_rmaps_base_oversubscribe=1")
   endforeach()
   # The conformance suite's process-group and DDP cases on mpi, one process per rank

@@ -28,7 +28,7 @@ status=0
 fail() { echo "FAIL: $1"; echo "$2" | tail -n 40; status=1; }
 # The fault, sub-group and PyTorch-comparison suites of dpx_mpi_tests, left out
 # (tests/scripts/mpi.cmake).
-setup_faults="MpiFaults.*:MpiSubgroups.*:MpiFsdpPython.*"
+setup_faults="MpiFaults.*:MpiSubgroups.*:MpiFsdpPython.*:MpiDdpPython.*"
 # srun_two NPER PROGRAM [ARGS...]: sets out, rc and took; exits the script with SKIPPED where it
 # cannot run.
 srun_two() {

@@ -9,7 +9,7 @@ mpiexec=$1
 tests=$2
 run=$(cd "$(dirname "$0")" && pwd)/../../../scripts/netns_mpirun.sh
 status=0
-setup_faults="MpiFaults.*:MpiSubgroups.*:MpiFsdpPython.*"
+setup_faults="MpiFaults.*:MpiSubgroups.*:MpiFsdpPython.*:MpiDdpPython.*"
 for per_host in 1 2; do
   np=$((2 * per_host))
   # Without the fault and sub-group suites, which leave later creations out of step, and the

@@ -1,6 +1,7 @@
 // Runs PyTorch's Python DDP (tests/python/ddp_reference.py) on the model and data a test
-// wrote, for the tests that compare dpx with it; the exchange format (raw little-endian arrays
-// + meta.json) is described in ddp_reference.py. Running it and comparing with it go through
+// wrote, for the tests that compare dpx with it (forked ranks in tests/multiproc/, processes
+// under mpirun in tests/mpi/); the exchange format (raw little-endian arrays + meta.json) is
+// described in ddp_reference.py. Running it and comparing with it go through
 // support/python_oracle.h, as every test with a Python oracle does.
 #pragma once
 
@@ -36,6 +37,11 @@ inline torch::Tensor read_floats(const std::string& path) {
   return torch::from_blob(bytes.data(), {static_cast<std::int64_t>(bytes.size() / 4)},
                           torch::kFloat)
       .clone();
+}
+
+// Passes when dpx's parameters in `dpx_file` are PyTorch's in `python_file` (kRtol, kAtol).
+inline void expect_same_params(const std::string& python_file, const std::string& dpx_file) {
+  EXPECT_TRUE(test::close_to_pytorch(read_floats(dpx_file), read_floats(python_file), kRtol, kAtol));
 }
 
 inline torch::Tensor flat_params(test::Cnn& m) {
@@ -89,11 +95,16 @@ inline bool run_reference(const std::string& dir) {
   return test::run_python(s).ok();
 }
 
+// The data PythonRun writes: the same on every rank and in every process (seeded).
+inline std::vector<test::Batch> python_data(int world = kWorld) {
+  return test::make_batches(kSteps, world, kPerRank, {1, 8, 8});
+}
+
 // A scratch folder with the inputs written and Python's run done; removed with what is in it.
 class PythonRun {
  public:
   explicit PythonRun(const std::string& extra_meta = "", int world = kWorld) {
-    data_ = test::make_batches(kSteps, world, kPerRank, {1, 8, 8});
+    data_ = python_data(world);
     torch::manual_seed(21);
     write_inputs(dir(), init_, data_, extra_meta, world);
     ok_ = run_reference(dir());
@@ -110,6 +121,18 @@ class PythonRun {
   test::Cnn init_;
   bool ok_ = false;
 };
+
+// kSteps steps of `opt` on this rank's slices of `data`, as ddp_reference.py takes them.
+template <typename Ddp>
+void train(Ddp& ddp, torch::optim::Optimizer& opt, const std::vector<test::Batch>& data, int rank,
+           int world = kWorld) {
+  for (int s = 0; s < kSteps; ++s) {
+    auto b = test::slice(data[s], rank, world);
+    opt.zero_grad();
+    torch::nn::functional::cross_entropy(ddp->forward(b.x), b.y).backward();
+    opt.step();
+  }
+}
 
 // A rank's model: rank 0 starts from `init`, the others from other weights (DDP broadcasts).
 template <typename Net>
