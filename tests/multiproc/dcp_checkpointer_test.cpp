@@ -7,10 +7,7 @@
 #include <signal.h>
 #include <torch/torch.h>
 
-#include <atomic>
-#include <fstream>
 #include <functional>
-#include <thread>
 
 #include "dpx/checkpoint/dcp_checkpointer.h"
 #include "dpx/checkpoint/fsdp_checkpoint.h"
@@ -21,6 +18,8 @@
 #include "dpx/fsdp/fully_shard.h"
 #include "dpx/runtime/files.h"
 #include "support/checkpoint_files.h"
+#include "support/dcp_checkpointer_checks.h"
+#include "support/dcp_interop.h"
 #include "support/dcp_resume.h"
 #include "support/harness.h"
 #include "support/python_oracle.h"
@@ -29,7 +28,6 @@
 namespace dpx::dcp_checkpointer_test {
 namespace {
 
-const TrainingProgress& kProgress = test::kDcpProgress;
 using Replica = test::DcpReplica;
 
 torch::optim::Adam make_adam(const Replica& r) { return test::dcp_adam(r); }
@@ -39,7 +37,7 @@ void expect_same_state(const c10::impl::GenericDict& got, const c10::impl::Gener
   test::expect_same_dict(got, want, what);
 }
 
-// 2 ranks train 3 steps and save kProgress to `dir`; rank 0 keeps the model and the optimizer's
+// 2 ranks train 3 steps and save kDcpProgress to `dir`; rank 0 keeps the model and the optimizer's
 // state whole in <dir>/dcp-3-model.pt and -optim.pt (support/dcp_resume.h).
 void save_on_two(bool sharded, const std::string& dir) {
   test::StoreServer server;
@@ -137,47 +135,16 @@ TEST(DcpCheckpointer, AnAsyncSaveKeepsTheStateOfItsStepWhileTrainingGoesOn) {
     test::StoreServer server;
     test::expect_all_ok(test::run_processes(2, [&](int rank) {
       torch::set_num_threads(1);
-      auto pg = new_process_group("shm", server.client(), rank, 2);
-      Replica r(sharded, pg);
-      auto adam = make_adam(r);
-      r.train(adam, 3);
-      // The writer stops after its first bytes until training has changed everything.
-      std::atomic<bool> trained{false};
-      DcpCheckpointerOptions options{.directory = dir.path(), .async_save = true};
-      options.write.after_partial_write = [&trained] {
-        while (!trained) std::this_thread::sleep_for(std::chrono::milliseconds(1));
-      };
-      DcpCheckpointer ckpt(options, pg);
-      const auto model = r.whole_state(sharded);
-      const auto optim = full_optimizer_state_dict(*r.net, adam, {.rank0_only = false});
-      if (rank == 0) {  // now: unsharded, these are the live tensors training changes
-        torch_save(model, dir / "at_step_3.pt");
-        torch_save(optim, dir / "optim_at_step_3.pt");
-      }
-      EXPECT_EQ(ckpt.save(*r.net, adam, kProgress), ckpt.path_for_step(3));
-      r.train(adam, 2);  // while it is written
-      trained = true;
-      ckpt.wait();
-      EXPECT_EQ(ckpt.list(), std::vector<std::string>{ckpt.path_for_step(3)});
+      test::async_save_while_training(new_process_group("shm", server.client(), rank, 2),
+                                      sharded, dir.path());
     }));
     std::vector<std::string> files = list_dir(dir / "dcp-3");
-    EXPECT_EQ(files, (std::vector<std::string>{".metadata", "__0_0.distcp", "__1_0.distcp"}));
+    EXPECT_EQ(files, test::dcp_step_files(2));
     test::StoreServer server3;
     test::expect_all_ok(test::run_processes(3, [&](int rank) {
       torch::set_num_threads(1);
-      auto pg = new_process_group("shm", server3.client(), rank, 3);
-      Replica r(sharded, pg);
-      torch::optim::Adam adam(r.net->parameters());
-      const auto progress = DcpCheckpointer({.directory = dir.path()}, pg).load_latest(*r.net,
-                                                                                       adam);
-      ASSERT_TRUE(progress.has_value());
-      EXPECT_EQ(progress->step, kProgress.step);
-      expect_same_state(r.whole_state(sharded), torch_load(dir / "at_step_3.pt").toGenericDict(),
-                        "model");
-      const auto optim = full_optimizer_state_dict(*r.net, adam, {.rank0_only = false});
-      expect_same_state(optim.toGenericDict().at("state").toGenericDict(),
-                        torch_load(dir / "optim_at_step_3.pt").toGenericDict().at("state")
-                            .toGenericDict(), "optimizer state");
+      test::expect_async_saved_state_resumes(new_process_group("shm", server3.client(), rank, 3),
+                                             sharded, dir.path());
     }));
   }
 }
@@ -190,32 +157,8 @@ TEST(DcpCheckpointer, AFailedAsyncSaveIsReportedOnEveryRankByTheNextWait) {
   test::StoreServer server;
   test::expect_all_ok(test::run_processes(2, [&](int rank) {
     torch::set_num_threads(1);
-    auto pg = new_process_group("shm", server.client(), rank, 2);
-    Replica r(/*sharded=*/true, pg);
-    auto adam = make_adam(r);
-    DcpCheckpointerOptions options{.directory = dir.path(), .async_save = true};
-    DcpCheckpointer ckpt(options, pg);
-    ckpt.save(*r.net, adam, {.step = 1});
-    ckpt.wait();
-    if (rank == 1) {
-      options.write.after_partial_write = [] { throw std::runtime_error("disk full (test)"); };
-    }
-    DcpCheckpointer failing(options, pg);
-    failing.save(*r.net, adam, {.step = 2});
-    try {
-      failing.wait();
-      ADD_FAILURE() << "the failed save was not reported";
-    } catch (const CheckpointError& e) {
-      const std::string what = e.what();
-      EXPECT_NE(what.find("failed on rank(s) 0, 1"), std::string::npos) << what;
-      if (rank == 1) EXPECT_NE(what.find("disk full (test)"), std::string::npos) << what;
-      if (rank == 0) EXPECT_NE(what.find("rank(s) 1 could not write"), std::string::npos) << what;
-    }
-    EXPECT_EQ(ckpt.list(), std::vector<std::string>{ckpt.path_for_step(1)});
-    failing.wait();  // reported once: nothing in flight now
-    ckpt.save(*r.net, adam, {.step = 3});
-    ckpt.wait();
-    EXPECT_EQ(ckpt.list().front(), ckpt.path_for_step(3));
+    test::expect_failed_async_save_reported(new_process_group("shm", server.client(), rank, 2),
+                                            dir.path());
   }));
 }
 
@@ -226,21 +169,8 @@ TEST(DcpCheckpointer, KeepsTheNewestAndOnlyCompleteCheckpoints) {
   test::StoreServer server;
   test::expect_all_ok(test::run_processes(2, [&](int rank) {
     torch::set_num_threads(1);
-    auto pg = new_process_group("shm", server.client(), rank, 2);
-    Replica r(/*sharded=*/false, pg);
-    auto adam = make_adam(r);
-    DcpCheckpointer ckpt({.directory = dir.path(), .keep_last = 2}, pg);
-    for (int64_t step = 1; step <= 3; ++step) ckpt.save(*r.net, adam, {.step = step});
-    EXPECT_EQ(ckpt.list(), (std::vector<std::string>{ckpt.path_for_step(3),
-                                                     ckpt.path_for_step(2)}));
-    EXPECT_FALSE(path_exists(ckpt.path_for_step(1)));
-    pg->barrier()->wait();
-    if (rank == 0) make_dirs(ckpt.path_for_step(9));
-    pg->barrier()->wait();
-    EXPECT_EQ(ckpt.list().front(), ckpt.path_for_step(3));
-    const auto progress = ckpt.load_latest(*r.net, adam);
-    ASSERT_TRUE(progress.has_value());
-    EXPECT_EQ(progress->step, 3);
+    test::expect_keep_last_and_only_complete(new_process_group("shm", server.client(), rank, 2),
+                                             dir.path());
   }));
 }
 
@@ -250,18 +180,9 @@ TEST(DcpCheckpointer, PyTorchLoadsAStepFolderIntoAPlainModel) {
   DPX_SKIP_UNLESS_PYTHON_HAS(DPX_PYTHON, "torch.distributed.checkpoint");
   test::TempDir dir;
   save_on_two(/*sharded=*/true, dir / "ckpt");
-  {
-    std::ofstream(dir / "checkpoints.txt");  // no checkpoint of dcp_oracle.py's model()
-    std::ofstream(dir / "optim_checkpoints.txt") << "ckpt/dcp-3\n";
-    std::ofstream(dir / "training_checkpoints.txt") << "ckpt/dcp-3\n";
-    std::ofstream(dir / "ckpt/dcp-3-progress.txt")
-        << "epoch " << kProgress.epoch << "\nstep " << kProgress.step << "\nsampler_position "
-        << kProgress.sampler_position << "\n";
-  }
-  EXPECT_TRUE(test::run_python({.script = "dcp_oracle.py", .args = {"check", dir.path(), "1"},
-                                .timeout = std::chrono::seconds(180)})
-                  .ok())
-      << "PyTorch's dcp.load (its output is above)";
+  // no checkpoint of dcp_oracle.py's model()
+  test::write_dcp_check_lists(dir.path(), {}, {"ckpt/dcp-3"});
+  EXPECT_TRUE(test::pytorch_checks_dcp(dir.path(), 1)) << "PyTorch's dcp.load (its output is above)";
 }
 
 }  // namespace

@@ -9,7 +9,6 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
-#include <fstream>
 
 #include "dpx/algorithms/zero_redundancy_optimizer.h"
 #include "dpx/checkpoint/dcp.h"
@@ -20,6 +19,7 @@
 #include "dpx/fsdp/fully_shard.h"
 #include "dpx/runtime/files.h"
 #include "support/checkpoint_files.h"
+#include "support/dcp_interop.h"
 #include "support/harness.h"
 #include "support/python_oracle.h"
 #include "support/temp_dir.h"
@@ -29,132 +29,27 @@ namespace {
 
 using test::dcp_oracle_model;
 
-// `world` ranks save the oracle model to dir/sharded-<world> (fully_shard) and
-// dir/replicated-<world> (the whole module on every rank, as under DDP); and the optimizer's
-// model, fully_shard and 3 steps of Adam in, with its Adam to dir/adam-<world>, its state whole
-// to dir/adam-<world>-optim.pt for PyTorch to compare with; and the optimizer's model whole on
-// every rank, 3 steps of a ZeroRedundancyOptimizer over Adam in (each rank the state of its
-// share), to dir/zero-<world>, with a plain Adam's state after the same steps in
-// dir/zero-<world>-optim.pt.
-torch::optim::AdamOptions oracle_adam() {
-  return torch::optim::AdamOptions(0.05).betas({0.8, 0.95}).eps(1e-6).weight_decay(0.1);
-}
-
-void adam_steps(torch::nn::Sequential& m, torch::optim::Optimizer& opt, int steps) {
-  for (int step = 0; step < steps; ++step) {
-    opt.zero_grad();
-    m->forward(test::dcp_optim_batch()).pow(2).sum().backward();
-    opt.step();
-  }
-}
-
+// `world` ranks save what support/dcp_interop.h's dcp_save_for_pytorch saves to `dir`.
 void save_on(int world, const std::string& dir) {
   test::StoreServer server;
   test::expect_all_ok(test::run_processes(world, [&](int rank) {
     torch::set_num_threads(1);
-    auto pg = new_process_group("shm", server.client(), rank, world);
-    auto whole = dcp_oracle_model();
-    dcp_save_state_dict(*whole, dir + "/replicated-" + std::to_string(world), pg,
-                        {.prefix = "model."});
-    auto sharded = dcp_oracle_model();
-    fully_shard(sharded[3], pg);
-    fully_shard(sharded.ptr(), pg);
-    dcp_save_state_dict(*sharded, dir + "/sharded-" + std::to_string(world), nullptr,
-                        {.prefix = "model."});
-    auto o = test::dcp_optim_model();
-    fully_shard(o[2], pg);
-    auto model = fully_shard(o, pg);
-    torch::optim::Adam adam(o->parameters(),
-                            torch::optim::AdamOptions(0.05).betas({0.8, 0.95}).eps(1e-6)
-                                .weight_decay(0.1));
-    for (int step = 0; step < 3; ++step) {
-      adam.zero_grad();
-      model(test::dcp_optim_batch()).pow(2).sum().backward();
-      adam.step();
-    }
-    const std::string name = dir + "/adam-" + std::to_string(world);
-    dcp_save_state_dict(*o, adam, name, nullptr, {.prefix = "model."});
-    const auto optimizer = full_optimizer_state_dict(*o, adam);  // collective; rank 0 gets it
-    if (rank == 0) torch_save(optimizer, name + "-optim.pt");
-
-    auto z = test::dcp_optim_model();  // the same batch on every rank: the same gradients
-    ZeroRedundancyOptimizer zero(z->parameters(), pg,
-                                 optimizer_factory<torch::optim::Adam>(oracle_adam()));
-    adam_steps(z, zero, 3);
-    const std::string zero_name = dir + "/zero-" + std::to_string(world);
-    dcp_save_state_dict(*z, zero, zero_name, pg, {.prefix = "model."});
-    if (rank == 0) {
-      auto plain = test::dcp_optim_model();
-      torch::optim::Adam plain_adam(plain->parameters(), oracle_adam());
-      adam_steps(plain, plain_adam, 3);
-      torch_save(full_optimizer_state_dict(*plain, plain_adam), zero_name + "-optim.pt");
-    }
+    test::dcp_save_for_pytorch(new_process_group("shm", server.client(), rank, world), dir);
   }));
 }
 
 TEST(DcpSave, PyTorchLoadsWhatDpxWroteOnAnyWorldSize) {
   DPX_SKIP_UNLESS_PYTHON_HAS(DPX_PYTHON, "torch.distributed.checkpoint");
   test::TempDir dir;
-  {
-    auto dict = c10::impl::GenericDict(c10::StringType::get(), c10::TensorType::get());
-    for (const auto& [name, t] : state_dict(*dcp_oracle_model())) dict.insert(name, t);
-    torch_save(dict, dir / "expected.pt");
-  }
-  std::vector<std::string> names;
-  for (const int world : {2, 3}) {
-    save_on(world, dir.path());
-    for (const char* kind : {"sharded-", "replicated-"}) names.push_back(kind + std::to_string(world));
-  }
-  {
-    std::ofstream list(dir / "checkpoints.txt");
-    for (const auto& name : names) list << name << "\n";
-    std::ofstream optim(dir / "optim_checkpoints.txt");
-    optim << "adam-2\nadam-3\nzero-2\nzero-3\n";
-  }
+  for (const int world : {2, 3}) save_on(world, dir.path());
+  const auto names = test::write_dcp_check_lists(dir.path(), {2, 3});
   for (const int world : {1, 2, 3, 4}) {
-    EXPECT_TRUE(test::run_python({.script = "dcp_oracle.py",
-                                  .args = {"check", dir.path(), std::to_string(world)},
-                                  .timeout = std::chrono::seconds(180),
-                                  // PyTorch's gloo aborts its own process on a loaded machine
-                                  .attempts = 2})
-                    .ok())
+    EXPECT_TRUE(test::pytorch_checks_dcp(dir.path(), world))
         << "PyTorch's dcp.load on " << world << " rank(s) (its output is above)";
   }
-  for (const auto& name : names) {  // dpx reads its own checkpoints whole, too
-    auto m = dcp_oracle_model();
-    {
-      torch::NoGradGuard no_grad;
-      for (auto& p : m->parameters()) p.zero_();
-    }
-    dcp_load_state_dict(*m, dir / name, {.prefix = "model."});
-    const auto expected = state_dict(*dcp_oracle_model());
-    const auto ours = state_dict(*m);
-    for (size_t i = 0; i < ours.size(); ++i) {
-      EXPECT_TRUE(torch::equal(ours[i].second, expected[i].second)) << name << " " << ours[i].first;
-    }
-  }
-  for (const char* name : {"adam-2", "adam-3", "zero-2", "zero-3"}) {  // and the optimizer's, whole
-    auto o = test::dcp_optim_model();
-    torch::optim::Adam adam(o->parameters());
-    dcp_load_state_dict(*o, dir / name, {.prefix = "model."});
-    dcp_load_optimizer_state_dict(*o, adam, dir / name);
-    const auto want = torch_load(dir / (std::string(name) + "-optim.pt")).toGenericDict();
-    const auto got = full_optimizer_state_dict(*o, adam).toGenericDict();
-    const auto want_state = want.at("state").toGenericDict();
-    const auto got_state = got.at("state").toGenericDict();
-    ASSERT_EQ(got_state.size(), want_state.size()) << name;
-    for (const auto& param : want_state) {
-      for (const auto& e : param.value().toGenericDict()) {
-        const auto mine = got_state.at(param.key()).toGenericDict().at(e.key()).toTensor();
-        EXPECT_TRUE(torch::equal(mine, e.value().toTensor()))
-            << name << " " << param.key().toStringRef() << "." << e.key().toStringRef();
-      }
-    }
-    const auto& options = static_cast<const torch::optim::AdamOptions&>(
-        adam.param_groups()[0].options());
-    EXPECT_DOUBLE_EQ(options.lr(), 0.05) << name;
-    EXPECT_DOUBLE_EQ(options.weight_decay(), 0.1) << name;
-  }
+  // dpx reads its own checkpoints whole, too, and the optimizers' states
+  test::expect_dpx_reads_dcp_models_whole(dir.path(), names);
+  test::expect_dpx_reads_dcp_optimizers_whole(dir.path(), test::dcp_optimizer_checkpoints({2, 3}));
 }
 
 // A ZeroRedundancyOptimizer's DCP checkpoint of 3 ranks resumes in ZeroRedundancyOptimizers of
@@ -164,8 +59,8 @@ TEST(DcpSave, ZeroResumesOnAnotherWorldSizeAsAPlainAdamContinues) {
   test::TempDir dir;
   save_on(3, dir.path());
   auto plain = test::dcp_optim_model();
-  torch::optim::Adam plain_adam(plain->parameters(), oracle_adam());
-  adam_steps(plain, plain_adam, 4);
+  torch::optim::Adam plain_adam(plain->parameters(), test::dcp_oracle_adam());
+  test::dcp_adam_steps(plain, plain_adam, 4);
   torch::save(plain->parameters(), dir / "after_4.pt");
   test::StoreServer server;
   test::expect_all_ok(test::run_processes(2, [&](int rank) {
@@ -176,7 +71,7 @@ TEST(DcpSave, ZeroResumesOnAnotherWorldSizeAsAPlainAdamContinues) {
         z->parameters(), pg, optimizer_factory<torch::optim::Adam>(torch::optim::AdamOptions()));
     dcp_load_state_dict(*z, dir / "zero-3", {.prefix = "model."});
     dcp_load_optimizer_state_dict(*z, zero, dir / "zero-3");
-    adam_steps(z, zero, 1);
+    test::dcp_adam_steps(z, zero, 1);
     std::vector<torch::Tensor> want;
     torch::load(want, dir / "after_4.pt");
     const auto got = z->parameters();
@@ -185,13 +80,6 @@ TEST(DcpSave, ZeroResumesOnAnotherWorldSizeAsAPlainAdamContinues) {
       EXPECT_TRUE(torch::equal(got[i], want[i])) << "parameter " << i << " on rank " << rank;
     }
   }));
-}
-
-// The folder of PyTorch's checkpoints (dcp_oracle.py write, run once per build); "" if it failed.
-std::string pytorch_checkpoints() {
-  return test::python_output_once(
-      {.script = "dcp_oracle.py", .args = {"write"}, .timeout = std::chrono::seconds(240),
-       .attempts = 2});
 }
 
 // body(rank, pg) on 2 and then 4 ranks over shm, each rank a process of its own.
@@ -211,22 +99,10 @@ void on_two_and_four_ranks(Body body) {
 // on 2 and 4 ranks: every rank reads only its rows; gathered whole, they are PyTorch's values.
 TEST(DcpSave, DpxReshardsAPyTorchCheckpointOnOtherWorldSizes) {
   DPX_SKIP_UNLESS_PYTHON_HAS(DPX_PYTHON, "torch.distributed.checkpoint");
-  const std::string oracle = pytorch_checkpoints();
+  const std::string oracle = test::pytorch_dcp_checkpoints();
   ASSERT_FALSE(oracle.empty()) << "tests/python/dcp_oracle.py write failed (output above)";
-  const auto expected = torch_load(oracle + "/expected.pt").toGenericDict();
   on_two_and_four_ranks([&](int, std::shared_ptr<ProcessGroup> pg) {
-    auto m = dcp_oracle_model();
-    fully_shard(m[3], pg);
-    fully_shard(m.ptr(), pg);
-    {
-      torch::NoGradGuard no_grad;
-      for (auto& p : m->parameters()) p.zero_();
-    }
-    const auto result = dcp_load_state_dict(*m, oracle + "/three", {.prefix = "model."});
-    EXPECT_TRUE(result.missing_keys.empty());
-    for (const auto& [name, t] : full_state_dict(*m, {.rank0_only = false})) {
-      EXPECT_TRUE(torch::equal(t, expected.at(name).toTensor())) << name << ": " << t;
-    }
+    test::expect_reshards_pytorch_dcp(pg, oracle);
   });
 }
 
@@ -236,24 +112,10 @@ TEST(DcpSave, DpxReshardsAPyTorchCheckpointOnOtherWorldSizes) {
 // with Adam's defaults); one more step on the same batch lands on PyTorch's parameters after it.
 TEST(DcpSave, DpxResumesPyTorchsFsdp2AdamOnOtherWorldSizes) {
   DPX_SKIP_UNLESS_PYTHON_HAS(DPX_PYTHON, "torch.distributed.checkpoint");
-  const std::string oracle = pytorch_checkpoints();
+  const std::string oracle = test::pytorch_dcp_checkpoints();
   ASSERT_FALSE(oracle.empty()) << "tests/python/dcp_oracle.py write failed (output above)";
-  const auto expected = torch_load(oracle + "/adam_next.pt").toGenericDict();
   on_two_and_four_ranks([&](int, std::shared_ptr<ProcessGroup> pg) {
-    auto m = test::dcp_optim_model();
-    fully_shard(m[2], pg);
-    auto model = fully_shard(m, pg);
-    torch::optim::Adam adam(m->parameters(), torch::optim::AdamOptions(1e-3));
-    dcp_load_state_dict(*m, oracle + "/adam", {.prefix = "model."});
-    dcp_load_optimizer_state_dict(*m, adam, oracle + "/adam");
-    adam.zero_grad();
-    model(test::dcp_optim_batch()).pow(2).sum().backward();
-    adam.step();
-    for (const auto& [name, t] : full_state_dict(*m, {.rank0_only = false})) {
-      const auto want = expected.at(name).toTensor();
-      EXPECT_TRUE(torch::allclose(t, want, 1e-5, 1e-6)) << name << ": " << t << " against "
-                                                        << want;
-    }
+    test::expect_resumes_pytorch_fsdp2_adam(pg, oracle);
   });
 }
 

@@ -11,6 +11,7 @@
 #include "dpx/fsdp/fsdp_state_dict.h"
 #include "dpx/fsdp/fully_shard.h"
 #include "support/fsdp_models.h"
+#include "support/full_state_checks.h"
 #include "support/harness.h"
 #include "support/sharded_resume.h"
 
@@ -19,8 +20,6 @@ namespace {
 
 using test::read_params;
 using test::write_params;
-
-torch::Tensor batch_x(int step) { return test::sharded_batch_x(step); }
 
 void train(FSDPModule<test::ShardNetImpl>& model, torch::optim::Optimizer& opt, int from, int to,
            int rank, int world) {
@@ -65,15 +64,8 @@ TEST(FsdpCheckpoint, ResumingWithoutTheOptimizerStateDiffers) {
   const auto straight = read_params(dir + "/straight.bin");
   test::StoreServer server;
   test::expect_all_ok(test::run_processes(2, [&](int rank) {
-    auto pg = new_process_group("shm", server.client(), rank, 2);
-    auto net = test::make_shard_net();
-    auto model = test::shard(net, pg);
-    torch::optim::Adam opt(net->parameters(), torch::optim::AdamOptions(1e-2));
-    torch::optim::Adam scratch(net->parameters(), torch::optim::AdamOptions(1e-2));
-    ShardedCheckpointer({.directory = dir}, pg).load_latest(*net, scratch);  // model only, kept
-    train(model, opt, 4, 8, rank, 2);
-    auto state = full_state_dict(*net);
-    if (rank == 0) write_params(dir + "/fresh_optimizer.bin", state);
+    test::sharded_resume_without_optimizer_state(new_process_group("shm", server.client(), rank, 2),
+                                                 dir, 8, dir + "/fresh_optimizer.bin");
   }));
   EXPECT_GT((read_params(dir + "/fresh_optimizer.bin") - straight).abs().max().item<double>(), 1e-6);
   std::system(("rm -rf " + dir).c_str());
@@ -84,47 +76,10 @@ TEST(FsdpCheckpoint, FullStateDictIsReadByPythonAndByAnUnshardedModule) {
   const auto path = dir + "/model.pt";
   test::StoreServer server;
   test::expect_all_ok(test::run_processes(3, [&](int rank) {
-    auto pg = new_process_group("gloo", server.client(), rank, 3);
-    auto net = test::make_shard_net(/*tied=*/true);
-    auto model = test::shard(net, pg);
-    torch::optim::SGD opt(net->parameters(), torch::optim::SGDOptions(0.1));
-    for (int s = 0; s < 2; ++s) {
-      opt.zero_grad();
-      model(batch_x(s).narrow(0, 2 * rank, 2)).square().mean().backward();
-      opt.step();
-    }
-    save_full_state_dict(*net, path);
-    auto expected = full_state_dict(*net, {.rank0_only = false});
-    if (rank == 0) {  // an unsharded module of the same class takes the file as it is
-      auto plain = test::make_shard_net(/*tied=*/true);
-      load_state_dict(*plain, path);
-      const auto got = test::named_state(*plain);
-      ASSERT_EQ(got.size(), expected.size());
-      for (std::size_t i = 0; i < got.size(); ++i) {
-        EXPECT_TRUE(got[i].second.equal(expected[i].second)) << got[i].first;
-      }
-    }
-    // And back into a freshly sharded module: each rank takes its rows.
-    auto again = test::make_shard_net(/*tied=*/true);
-    test::shard(again, pg);
-    load_full_state_dict(*again, path);
-    const auto reloaded = full_state_dict(*again, {.rank0_only = false});
-    for (std::size_t i = 0; i < reloaded.size(); ++i) {
-      EXPECT_TRUE(reloaded[i].second.equal(expected[i].second)) << reloaded[i].first;
-    }
+    test::save_and_reload_full_state_dict(new_process_group("gloo", server.client(), rank, 3),
+                                          path);
   }));
-  const std::string check = DPX_PYTHON " -c \"import torch, sys; d = torch.load(sys.argv[1], "
-                            "weights_only=True); print(sorted((k, tuple(v.shape)) for k, v in "
-                            "d.items()))\" " + path + " > " + dir + "/python.txt 2>&1";
-  if (std::system(check.c_str()) != 0) {
-    ADD_FAILURE() << "python could not read the file: " << test::read_file(dir + "/python.txt");
-  } else {
-    const auto text = test::read_file(dir + "/python.txt");
-    EXPECT_NE(text.find("('blocks0.fc.weight', (13, 8))"), std::string::npos) << text;
-    EXPECT_NE(text.find("('head_weight', (8, 6))"), std::string::npos) << text;
-    EXPECT_NE(text.find("('embed.weight', (8, 6))"), std::string::npos) << text;
-    EXPECT_NE(text.find("('scale', (6,))"), std::string::npos) << text;
-  }
+  test::expect_python_reads_full_state_dict(path, dir);
   std::system(("rm -rf " + dir).c_str());
 }
 

@@ -13,15 +13,20 @@ if(DPX_WITH_MPI AND DPX_MPIEXEC)
   foreach(np IN ITEMS 2 3 4)
     add_test(NAME mpi.np${np}
       COMMAND ${DPX_MPIEXEC} ${DPX_MPIEXEC_FLAGS} -np ${np} $<TARGET_FILE:dpx_mpi_tests>
-        --gtest_filter=-MpiFaults.*:MpiSubgroups.*:MpiFsdpPython.*:MpiDdpPython.*)
+        --gtest_filter=-MpiFaults.*:MpiSubgroups.*:MpiFsdpPython.*:MpiDdpPython.*:MpiCheckpointPython.*:MpiFsdpMemory.*)
     add_test(NAME mpi.np${np}.faults
       COMMAND ${DPX_MPIEXEC} ${DPX_MPIEXEC_FLAGS} -np ${np} $<TARGET_FILE:dpx_mpi_tests>
         --gtest_filter=MpiFaults.*)
     add_test(NAME mpi.np${np}.subgroups
       COMMAND ${DPX_MPIEXEC} ${DPX_MPIEXEC_FLAGS} -np ${np} $<TARGET_FILE:dpx_mpi_tests>
         --gtest_filter=MpiSubgroups.*)
+    # fully_shard's memory bound: the counting allocator it installs stays for the process.
+    add_test(NAME mpi.np${np}.memory
+      COMMAND ${DPX_MPIEXEC} ${DPX_MPIEXEC_FLAGS} -np ${np} $<TARGET_FILE:dpx_mpi_tests>
+        --gtest_filter=MpiFsdpMemory.*)
     # OpenMPI refuses root without both variables (CI runs as root).
-    set_tests_properties(mpi.np${np} mpi.np${np}.faults mpi.np${np}.subgroups PROPERTIES
+    set_tests_properties(mpi.np${np} mpi.np${np}.faults mpi.np${np}.subgroups mpi.np${np}.memory
+      PROPERTIES
       LABELS "multiproc;mpi" TIMEOUT 120
       ENVIRONMENT "OMPI_ALLOW_RUN_AS_ROOT=1;OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1;OMPI_MCA_rmaps_base_oversubscribe=1")
   endforeach()
@@ -44,6 +49,14 @@ if(DPX_WITH_MPI AND DPX_MPIEXEC)
     set_tests_properties(mpi.np${np}.ddp_python PROPERTIES LABELS "multiproc;mpi" TIMEOUT 300
       ENVIRONMENT "OMPI_ALLOW_RUN_AS_ROOT=1;OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1;OMPI_MCA_rmaps_base_oversubscribe=1")
   endforeach()
+  # Checkpoints that PyTorch reads or wrote (mpi_fsdp_checkpoint_test.cpp, mpi_dcp_python_test.cpp):
+  # at 2 ranks, so that dpx's 2-rank DCP checkpoints are read by PyTorch on 1 and 3 and
+  # PyTorch's 3-rank ones by dpx's 2.
+  add_test(NAME mpi.np2.checkpoint_python
+    COMMAND ${DPX_MPIEXEC} ${DPX_MPIEXEC_FLAGS} -np 2 $<TARGET_FILE:dpx_mpi_tests>
+      --gtest_filter=MpiCheckpointPython.*)
+  set_tests_properties(mpi.np2.checkpoint_python PROPERTIES LABELS "multiproc;mpi" TIMEOUT 400
+    ENVIRONMENT "OMPI_ALLOW_RUN_AS_ROOT=1;OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1;OMPI_MCA_rmaps_base_oversubscribe=1")
   # The conformance suite's process-group and DDP cases on mpi, one process per rank
   # (Note [Conformance under mpirun] in tests/conformance/conformance.cpp): each size runs the
   # cases that ask for that many ranks and those that hold at any.

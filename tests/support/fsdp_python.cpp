@@ -9,6 +9,7 @@
 #include <stdexcept>
 #include <vector>
 
+#include "dpx/checkpoint/fsdp_checkpoint.h"
 #include "dpx/checkpoint/python_format.h"
 #include "dpx/fsdp/fsdp_state_dict.h"
 #include "support/fsdp_models.h"

@@ -69,4 +69,19 @@ void sharded_checkpoint_run(const std::shared_ptr<ProcessGroup>& pg, const std::
   if (rank == 0) write_params(out, state);
 }
 
+void sharded_resume_without_optimizer_state(const std::shared_ptr<ProcessGroup>& pg,
+                                            const std::string& dir, int steps,
+                                            const std::string& out) {
+  auto net = make_shard_net();
+  auto model = shard(net, pg);
+  torch::optim::Adam opt(net->parameters(), torch::optim::AdamOptions(1e-2));
+  torch::optim::Adam scratch(net->parameters(), torch::optim::AdamOptions(1e-2));
+  const auto progress = ShardedCheckpointer({.directory = dir}, pg).load_latest(*net, scratch);
+  ASSERT_TRUE(progress.has_value());
+  train_sharded_steps(model, opt, static_cast<int>(progress->step), steps, pg->rank(),
+                      pg->size());
+  auto state = full_state_dict(*net);
+  if (pg->rank() == 0) write_params(out, state);
+}
+
 }  // namespace dpx::test

@@ -35,5 +35,10 @@ torch::Tensor read_params(const std::string& path);
 // `steps`; rank 0 writes the final full state dict's values to `out`.
 void sharded_checkpoint_run(const std::shared_ptr<ProcessGroup>& pg, const std::string& dir,
                             bool resume, int save_at, int steps, const std::string& out);
+// The same resume with the model's state only (the optimizer's loaded into a scratch Adam and
+// dropped): Adam starts afresh at `save_at`, so `out` should differ from the uninterrupted run's.
+void sharded_resume_without_optimizer_state(const std::shared_ptr<ProcessGroup>& pg,
+                                            const std::string& dir, int steps,
+                                            const std::string& out);
 
 }  // namespace dpx::test

@@ -26,9 +26,9 @@ dir=$(mktemp -d /tmp/dpx-srun-two-XXXXXX)
 trap 'rm -rf "$dir"' EXIT
 status=0
 fail() { echo "FAIL: $1"; echo "$2" | tail -n 40; status=1; }
-# The fault, sub-group and PyTorch-comparison suites of dpx_mpi_tests, left out
+# The fault, sub-group, PyTorch-comparison and memory suites of dpx_mpi_tests, left out
 # (tests/scripts/mpi.cmake).
-setup_faults="MpiFaults.*:MpiSubgroups.*:MpiFsdpPython.*:MpiDdpPython.*"
+setup_faults="MpiFaults.*:MpiSubgroups.*:MpiFsdpPython.*:MpiDdpPython.*:MpiCheckpointPython.*:MpiFsdpMemory.*"
 # srun_two NPER PROGRAM [ARGS...]: sets out, rc and took; exits the script with SKIPPED where it
 # cannot run.
 srun_two() {
