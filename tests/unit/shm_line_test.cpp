@@ -1,5 +1,5 @@
-// The control line's packed descriptor (Note [Inline data] in comm/backends/shm/segment.h) keeps
-// every field the mismatch check compares.
+// The packed descriptor and its digest (Note [Control line layout] in comm/backends/shm/segment.h)
+// keep every field the mismatch check compares.
 #include <gtest/gtest.h>
 
 #include "comm/backends/shm/segment.h"
@@ -21,6 +21,30 @@ TEST(ShmLineDescriptor, PackKeepsEveryComparedField) {
     EXPECT_EQ(to_string(back), to_string(d));
     EXPECT_NO_THROW(check_same(d, back, 1, "", "shm"));
   }
+}
+
+TEST(ShmLineDescriptor, DigestChangesWithEveryComparedField) {
+  CollectiveDescriptor d;
+  d.seq = 7;
+  d.kind = CollectiveKind::kAllreduce;
+  d.dtype = static_cast<std::int16_t>(at::ScalarType::Float);
+  d.numel = 4;
+  const std::uint64_t base = digest(pack(d));
+  EXPECT_EQ(digest(pack(d)), base);
+  auto differs = [&](CollectiveDescriptor e, const char* field) {
+    EXPECT_NE(digest(pack(e)), base) << field;
+    EXPECT_THROW(check_same(d, unpack(pack(e)), 1, "", "shm"), MismatchError) << field;
+  };
+  CollectiveDescriptor e = d;
+  e.seq = 9;  // the same parity
+  differs(e, "seq");
+  e = d, e.kind = CollectiveKind::kBroadcast, differs(e, "kind");
+  e = d, e.dtype = static_cast<std::int16_t>(at::ScalarType::Int), differs(e, "dtype");
+  e = d, e.reduce_op = 3, differs(e, "reduce_op");
+  e = d, e.shared = 1, differs(e, "shared");
+  e = d, e.root = 1, differs(e, "root");
+  e = d, e.numel = 5, differs(e, "numel");
+  e = d, e.numel = 4 + (std::int64_t{1} << 32), differs(e, "numel's high word");
 }
 
 }  // namespace

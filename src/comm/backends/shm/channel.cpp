@@ -1,5 +1,7 @@
 #include "comm/backends/shm/channel.h"
 
+#include <c10/util/Exception.h>
+
 namespace dpx::detail::shm {
 // pack() keeps kind, dtype and reduce op in a byte each.
 static_assert(static_cast<int>(at::ScalarType::NumOptions) < 128);
@@ -9,7 +11,11 @@ Channel::Channel(Segment& segment, Waiter& waiter, int rank, std::string where)
 void Channel::begin(const CollectiveDescriptor& desc, Clock::duration timeout) {
   desc_ = desc;
   desc_.seq = seq_++;
-    segment_.control(rank_).desc[desc_.seq % 2] = pack(desc_);
+  RankControl& mine = segment_.control(rank_);
+  const LineDescriptor packed = pack(desc_);
+  digest_ = digest(packed);
+  mine.desc[desc_.seq % 2] = packed;
+  mine.digest[desc_.seq % 2] = digest_;
   checked_ = false;
   deadline_ = Deadline(timeout);
 }
@@ -29,10 +35,13 @@ void Channel::sync() {
 }
 
 void Channel::check_descriptors() const {
+  const int parity = desc_.seq % 2;
   for (int q = 0; q < world(); ++q) {
-    if (q != rank_) {
-      check_same(desc_, unpack(segment_.control(q).desc[desc_.seq % 2]), q, where_, "shm");
-    }
+    const RankControl& c = segment_.control(q);
+    if (q == rank_ || c.digest[parity] == digest_) continue;
+    check_same(desc_, unpack(c.desc[parity]), q, where_, "shm");  // throws MismatchError
+    TORCH_INTERNAL_ASSERT(false, "rank ", q, "'s descriptor digest differs from rank ", rank_,
+                          "'s for the same call, ", to_string(desc_));
   }
 }
 

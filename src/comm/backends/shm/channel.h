@@ -11,12 +11,14 @@
 //
 // Note [Mismatch check]
 // The shm side of Note [Consistency] (comm/coordination/consistency.h). Before its first post of a
-// collective, a rank writes its CollectiveDescriptor; after the first wait it
-// compares every peer's descriptor with its own, before reading any peer data. Each rank only
-// ever writes inside its own slot, sized by its own arguments, so ranks that disagree never
-// corrupt memory: they all see the mismatch after exactly one post, raise, and stay aligned
-// for the next collective. Descriptors alternate by collective parity, for the same reason as
-// the data buffers.
+// collective, a rank writes its CollectiveDescriptor and the descriptor's 64-bit digest; after
+// the first wait it compares every peer's digest with its own, before reading any peer data, and
+// only when they differ reads the peer's full descriptor to name both calls (the digest sits in
+// the control line the post already brought, the descriptor on the next line:
+// Note [Control line layout] in segment.h). Each rank only ever writes inside its own slot,
+// sized by its own arguments, so ranks that disagree never corrupt memory: they all see the
+// mismatch after exactly one post, raise, and stay aligned for the next collective. Descriptors
+// and digests alternate by collective parity, for the same reason as the data buffers.
 #pragma once
 
 #include <cstdint>
@@ -61,6 +63,7 @@ class Channel {
   std::uint64_t round_ = 0;
   std::uint32_t seq_ = 0;  // collectives begun on this group
   CollectiveDescriptor desc_;
+  std::uint64_t digest_ = 0;  // of desc_
   bool checked_ = true;
   Deadline deadline_;
 };

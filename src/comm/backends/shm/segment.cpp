@@ -21,7 +21,7 @@ namespace dpx::detail::shm {
 namespace {
 
 constexpr std::uint64_t kMagic = 0x316d68732d787064;  // "dpx-shm1"
-constexpr std::uint32_t kVersion = 3;  // 2: RankControl::inline_data; 3: LineDescriptor
+constexpr std::uint32_t kVersion = 4;  // 2: RankControl::inline_data; 3: LineDescriptor; 4: digests
 constexpr std::size_t kPage = 4096;
 
 std::size_t round_up(std::size_t x, std::size_t to) { return (x + to - 1) / to * to; }

@@ -45,21 +45,30 @@
 namespace dpx::detail::shm {
 
 // Note [Inline data]
-// A small collective's data rides in its rank's control line when it fits in the line's last
-// bytes (kInlineBytes: a float64 or int64, two float32: a loss and a count, GradScaler's
-// found-inf): a peer that sees the post has the data too and reads no data slot, one transfer
-// between cores instead of two (and the slot's line need not come back for the next write).
-// Like the slots, it is kept by round parity (Note [Rounds and steps] in channel.h); whether a
-// collective uses it depends only on what the descriptors compare (dtype and numel), so every
-// rank chooses alike and a mismatch is caught before anything is read. Room for 8 bytes per
-// parity comes from the descriptors kept in the line packed to 20 bytes (LineDescriptor); with
-// 4 bytes, an 8-byte all-reduce took the slot path at 1.55x the 4-byte time (docs/performance.md).
-// The rank's own part is read from its tensor, not from its line (Note [Own data] in
-// algorithms.cpp).
-constexpr std::size_t kInlineBytes = 8;
+// A small collective's data rides in its rank's control line when it fits (kInlineBytes: four
+// float32, two float64 or int64; a loss and a count, GradScaler's found-inf): a peer that sees the
+// post has the data too and reads no data slot, one transfer between cores instead of two (and the
+// slot's line need not come back for the next write). Like the slots, it is kept by round parity
+// (Note [Rounds and steps] in channel.h); whether a collective uses it depends only on what the
+// descriptors compare (dtype and numel), so every rank chooses alike and a mismatch is caught
+// before anything is read. The rank's own part is read from its tensor, not from its line
+// (Note [Own data] in algorithms.cpp).
+//
+// Note [Control line layout]
+// The 64-byte line every peer reads on every post: the step (4 bytes) and the sleepers count (4), a
+// 64-bit digest of the collective's descriptor per collective parity (16 bytes;
+// Note [Mismatch check] in channel.h), the inline data per round parity (2 x 16), 8 unused. The
+// full descriptors, which only the error message needs, live on the rank's second line beside its
+// pid, a line peers read only when a digest differs or a peer may be dead, so writing them per call
+// stays in this core's cache. Before this the line held the descriptors themselves (2 x 20 bytes,
+// LineDescriptor) and 8 bytes of data per parity: 16 B all-reduces took a data slot, 1.19x the 8 B
+// time (docs/performance.md, issue #47). Why 16 and not the 20 that fit: the second parity's data
+// would start 4 bytes off an 8-byte boundary, and reduce() reads float64 and int64 in place; 24
+// would need a 32-bit digest.
+constexpr std::size_t kInlineBytes = 16;
 
-// A CollectiveDescriptor as the control line keeps it: the same fields in 20 bytes (the small
-// ones in a byte each; numel in two words, so that the struct needs only 4-byte alignment).
+// A CollectiveDescriptor as the second control line keeps it: the same fields in 20 bytes (the
+// small ones in a byte each; numel in two words, so that the struct needs only 4-byte alignment).
 struct LineDescriptor {
   std::uint32_t seq;
   std::int8_t kind, dtype, reduce_op, shared;
@@ -87,19 +96,39 @@ inline CollectiveDescriptor unpack(const LineDescriptor& l) {
   return d;
 }
 
-// One per rank. `step` is the futex word peers wait on. The descriptors share its cache line:
-// a peer that sees the new step has that line already, so the mismatch check costs no extra
-// transfer between cores; so does small data (Note [Inline data]).
+// Every field the mismatch check compares, in 64 bits (Note [Control line layout]): the small
+// fields side by side, root and numel each times an odd constant (a bijection), so calls that
+// differ in one field always differ here, and in several at odds near 2^-64. Three independent
+// multiplies: a hash with a finaliser per word cost the call about 0.01 us (docs/performance.md).
+inline std::uint64_t digest(const LineDescriptor& l) {
+  auto byte = [](std::int8_t v, int at) {
+    return static_cast<std::uint64_t>(static_cast<std::uint8_t>(v)) << at;
+  };
+  const std::uint64_t small =
+      l.seq | byte(l.kind, 32) | byte(l.dtype, 40) | byte(l.reduce_op, 48) | byte(l.shared, 56);
+  const std::uint64_t root = static_cast<std::uint32_t>(l.root);
+  const std::uint64_t numel = static_cast<std::uint64_t>(l.numel_high) << 32 | l.numel_low;
+  return small * 0x9e3779b97f4a7c15ULL + root * 0xbf58476d1ce4e5b9ULL +
+         numel * 0x94d049bb133111ebULL;
+}
+
+// One per rank. `step` is the futex word peers wait on. The descriptors' digests share its cache
+// line: a peer that sees the new step has that line already, so the mismatch check costs no extra
+// transfer between cores; so does small data (Note [Control line layout]).
 struct alignas(64) RankControl {
   std::atomic<std::uint32_t> step;
   std::atomic<std::uint32_t> sleepers;  // peers blocked in FUTEX_WAIT on `step`
-  LineDescriptor desc[2];               // by collective parity (Note [Mismatch check])
+  std::uint64_t digest[2];              // by collective parity (Note [Mismatch check])
   alignas(8) unsigned char inline_data[2][kInlineBytes];  // by round parity (Note [Inline data])
   alignas(64) std::atomic<std::int32_t> pid;
+  LineDescriptor desc[2];  // by collective parity; read when the digests differ
 };
-static_assert(offsetof(RankControl, inline_data) + sizeof(RankControl::inline_data) == 64,
-              "the step, the descriptors and the inline data share one cache line");
+static_assert(offsetof(RankControl, inline_data) + sizeof(RankControl::inline_data) <= 64,
+              "the step, the digests and the inline data share one cache line");
+static_assert(offsetof(RankControl, inline_data) % 8 == 0 && kInlineBytes % 8 == 0,
+              "reduce() reads inline float64 and int64 in place");
 static_assert(offsetof(RankControl, pid) == 64);
+static_assert(sizeof(RankControl) == 128);
 
 // Why a rank aborted the group; peers rethrow the same type.
 enum class AbortKind : std::uint32_t { kNone = 0, kPeerLost = 1, kTimeout = 2, kOther = 3 };
