@@ -11,8 +11,24 @@ namespace dpx::detail::mpi {
 namespace {
 
 constexpr std::chrono::microseconds kWaitSpin(50);
+// Note [Waiting as long as it takes] in collective.h.
+constexpr std::uint32_t kLongestSpin = 250;  // us
 
 }  // namespace
+
+std::size_t size_class(const CollectiveDescriptor& desc) {
+  const auto item = static_cast<std::uint64_t>(
+      c10::elementSize(static_cast<at::ScalarType>(desc.dtype)));
+  std::uint64_t bytes = static_cast<std::uint64_t>(desc.numel) * item;
+  std::size_t width = 0;
+  while (bytes != 0 && width < 63) {
+    bytes >>= 1;
+    ++width;
+  }
+  const auto kind = static_cast<std::size_t>(desc.kind);
+  TORCH_INTERNAL_ASSERT(kind < kSizeClasses / 64, "unknown collective kind ", kind);
+  return kind * 64 + width;
+}
 
 std::exception_ptr Channel::failure() {
   std::lock_guard<std::mutex> lock(mutex);
@@ -31,9 +47,14 @@ std::string MpiWork::describe() {
 void MpiWork::wait(std::chrono::milliseconds timeout) {
   // A small collective finishes within microseconds, sooner than a sleeping thread wakes up:
   // make its MPI calls here for a while (Note [MPI thread], step 4), then sleep.
-  const auto spin_until = std::chrono::steady_clock::now() + std::min<std::chrono::microseconds>(
-      kWaitSpin, timeout);
-  channel_->runtime->help(done_, spin_until);
+  // Note [Waiting as long as it takes] in collective.h.
+  const auto now = std::chrono::steady_clock::now();
+  auto spin_until = now + kWaitSpin;
+  const std::uint32_t took = channel_->took_us[size_class(desc_)].load(std::memory_order_relaxed);
+  if (took != 0 && took <= kLongestSpin) {
+    spin_until = std::max(spin_until, issued_at_ + std::chrono::microseconds(took + took / 4));
+  }
+  channel_->runtime->help(done_, std::min(spin_until, now + timeout));
   std::unique_lock<std::mutex> lock(mutex_);
   if (!cv_.wait_for(lock, timeout, [&] { return done_.load(std::memory_order_relaxed); })) {
     throw TimeoutError(channel_->where + "mpi: " + describe() + ": " +
@@ -64,6 +85,12 @@ void MpiWork::complete(std::exception_ptr error) {
     error_ = std::move(error);
     finished_at_ = std::chrono::steady_clock::now();
     done_.store(true, std::memory_order_release);
+  }
+  if (!error) {
+    const auto us = std::chrono::duration_cast<std::chrono::microseconds>(finished_at_ - issued_at_);
+    channel_->took_us[size_class(desc_)].store(
+        static_cast<std::uint32_t>(std::min<std::int64_t>(us.count(), UINT32_MAX)),
+        std::memory_order_relaxed);
   }
   cv_.notify_all();
 }

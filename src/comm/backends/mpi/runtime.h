@@ -20,14 +20,16 @@
 //  3. At exit (atexit, registered once MPI is up) the thread stops and calls MPI_Finalize, which
 //     OpenMPI completes even with requests still pending (a collective a stuck peer never
 //     joined); the thread owns no other state, so nothing outlives it.
-//  4. A caller waiting for its collective makes the MPI calls itself for up to 50 us, whenever
-//     the thread is not making them (turn_, taken with try_lock: MPI_THREAD_SERIALIZED asks
+//  4. A caller waiting for its collective makes the MPI calls itself for up to 50 us (longer
+//     for a collective the group has seen finish soon: Note [Waiting as long as it takes] in
+//     collective.h), whenever the thread is not making them (turn_, taken with try_lock:
+//     MPI_THREAD_SERIALIZED asks
 //     only that calls never overlap): it takes in what is queued and polls every task in
 //     flight, as the thread would. mpirun binds a rank to one core, which the caller and the
 //     thread then share: a small collective completes without the two context switches of a
 //     hand-over and back. What the caller leaves in flight, it wakes the thread to poll. A
 //     caller inside a blocking data step (Note [Blocking data step] in collective.h, opt-in)
-//     returns when it ends, even past its wait's timeout. (1 ms instead of 50 us completes
+//     returns when it ends, even past its wait's timeout. (1 ms for every collective completes
 //     all-reduces of 256 KiB-1 MiB in the caller's hands, 0.95-1.00x raw MPI's time against
 //     1.04-1.18x, but on a loaded machine DDP lost up to 30% of its samples/s in some rounds
 //     (the waiter burns a core others want), and on a quiet one no gain showed: not kept,
