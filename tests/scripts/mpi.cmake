@@ -30,33 +30,27 @@ if(DPX_WITH_MPI AND DPX_MPIEXEC)
       LABELS "multiproc;mpi" TIMEOUT 120
       ENVIRONMENT "OMPI_ALLOW_RUN_AS_ROOT=1;OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1;OMPI_MCA_rmaps_base_oversubscribe=1")
   endforeach()
-  # fully_shard against PyTorch's own (mpi_fsdp_python_test.cpp): each case at its world size,
-  # rank 0 running PyTorch's ranks beside them (about 10 s a case).
-  foreach(np IN ITEMS 2 3)
-    add_test(NAME mpi.np${np}.fsdp_python
+  # Cases that compare with PyTorch's own Python run: rank 0 runs PyTorch's ranks beside them,
+  # each suite in an mpirun of its own.
+  function(dpx_mpi_python_test name np filter timeout)
+    add_test(NAME ${name}
       COMMAND ${DPX_MPIEXEC} ${DPX_MPIEXEC_FLAGS} -np ${np} $<TARGET_FILE:dpx_mpi_tests>
-        --gtest_filter=MpiFsdpPython.*)
-    set_tests_properties(mpi.np${np}.fsdp_python PROPERTIES LABELS "multiproc;mpi" TIMEOUT 400
+        --gtest_filter=${filter})
+    set_tests_properties(${name} PROPERTIES LABELS "multiproc;mpi" TIMEOUT ${timeout}
       ENVIRONMENT "OMPI_ALLOW_RUN_AS_ROOT=1;OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1;OMPI_MCA_rmaps_base_oversubscribe=1")
-  endforeach()
-  # DDP's join(), PowerSGD and post-local SGD against PyTorch's Python DDP
-  # (mpi_ddp_python_test.cpp): join at 3 ranks, the hooks at 2, rank 0 running PyTorch's ranks
-  # beside them (15-30 s a case).
+  endfunction()
   foreach(np IN ITEMS 2 3)
-    add_test(NAME mpi.np${np}.ddp_python
-      COMMAND ${DPX_MPIEXEC} ${DPX_MPIEXEC_FLAGS} -np ${np} $<TARGET_FILE:dpx_mpi_tests>
-        --gtest_filter=MpiDdpPython.*)
-    set_tests_properties(mpi.np${np}.ddp_python PROPERTIES LABELS "multiproc;mpi" TIMEOUT 300
-      ENVIRONMENT "OMPI_ALLOW_RUN_AS_ROOT=1;OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1;OMPI_MCA_rmaps_base_oversubscribe=1")
+    # fully_shard against PyTorch's (mpi_fsdp_python_test.cpp): each case at its world size
+    # (about 10 s a case).
+    dpx_mpi_python_test(mpi.np${np}.fsdp_python ${np} "MpiFsdpPython.*" 400)
+    # DDP's join() (3 ranks), PowerSGD and post-local SGD (2) against PyTorch's Python DDP
+    # (mpi_ddp_python_test.cpp; 15-30 s a case).
+    dpx_mpi_python_test(mpi.np${np}.ddp_python ${np} "MpiDdpPython.*" 300)
   endforeach()
   # Checkpoints that PyTorch reads or wrote (mpi_fsdp_checkpoint_test.cpp, mpi_dcp_python_test.cpp):
   # at 2 ranks, so that dpx's 2-rank DCP checkpoints are read by PyTorch on 1 and 3 and
   # PyTorch's 3-rank ones by dpx's 2.
-  add_test(NAME mpi.np2.checkpoint_python
-    COMMAND ${DPX_MPIEXEC} ${DPX_MPIEXEC_FLAGS} -np 2 $<TARGET_FILE:dpx_mpi_tests>
-      --gtest_filter=MpiCheckpointPython.*)
-  set_tests_properties(mpi.np2.checkpoint_python PROPERTIES LABELS "multiproc;mpi" TIMEOUT 400
-    ENVIRONMENT "OMPI_ALLOW_RUN_AS_ROOT=1;OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1;OMPI_MCA_rmaps_base_oversubscribe=1")
+  dpx_mpi_python_test(mpi.np2.checkpoint_python 2 "MpiCheckpointPython.*" 400)
   # The conformance suite's process-group and DDP cases on mpi, one process per rank
   # (Note [Conformance under mpirun] in tests/conformance/conformance.cpp): each size runs the
   # cases that ask for that many ranks and those that hold at any.
