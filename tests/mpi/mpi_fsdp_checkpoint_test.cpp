@@ -30,8 +30,10 @@ TEST(MpiFsdpCheckpoint, ResumingWithoutTheOptimizerStateDiffers) {
   if (pg->rank() == 0) {
     const auto straight = test::read_params(dir + "/straight.bin");
     const auto fresh = test::read_params(dir + "/fresh.bin");
-    ASSERT_EQ(fresh.numel(), straight.numel());
-    EXPECT_GT((fresh - straight).abs().max().item<double>(), 1e-6);
+    EXPECT_EQ(fresh.numel(), straight.numel());  // not ASSERT: rank 0 must reach the barrier
+    if (fresh.numel() == straight.numel()) {
+      EXPECT_GT((fresh - straight).abs().max().item<double>(), 1e-6);
+    }
   }
   pg->barrier()->wait();
 }

@@ -2,7 +2,7 @@
 // ends in TimeoutError (a DistributedError, as tests/multiproc/fsdp_faults_test.cpp asks of shm
 // and gloo for a killed rank) within the group's timeout, never a hang. A killed rank is not
 // tested here: OpenMPI's mpirun ends the whole job then (CTest mpi.killed_rank). These join
-// MpiFaults.* in CTest's mpi.npN.faults, each in its own mpirun.
+// MpiFaults.* in CTest's mpi.npN.faults (one mpirun per world size, apart from the rest).
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 

@@ -80,13 +80,14 @@ void MpiWork::number(std::uint32_t seq) {
 }
 
 void MpiWork::complete(std::exception_ptr error) {
+  const bool ok = !error;  // only completed collectives size the spin
   {
     std::lock_guard<std::mutex> lock(mutex_);
     error_ = std::move(error);
     finished_at_ = std::chrono::steady_clock::now();
     done_.store(true, std::memory_order_release);
   }
-  if (!error) {
+  if (ok) {
     const auto us = std::chrono::duration_cast<std::chrono::microseconds>(finished_at_ - issued_at_);
     channel_->took_us[size_class(desc_)].store(
         static_cast<std::uint32_t>(std::min<std::int64_t>(us.count(), UINT32_MAX)),

@@ -96,7 +96,7 @@ namespace dpx::detail::mpi {
 // Note [Waiting as long as it takes]
 // A caller waiting for its collective makes the MPI calls itself (Note [MPI thread], step 4) for
 // 50 us, then sleeps until the MPI thread completes it. A collective that takes a little longer
-// (an all-reduce of 256 KiB: 53 us here) then pays for the hand-over and the wake-up, 1.15-1.18x
+// (an all-reduce of 256 KiB: 53 us here) then pays for the hand-over and the wake-up, 1.15-1.22x
 // raw MPI's time. Spinning 1 ms for every collective fixed that but cost DDP on a loaded
 // machine (a waiter burning a core others want through a long bucket). So the spin is sized
 // by what the group last saw: a collective of the same kind and size class (powers of two of
