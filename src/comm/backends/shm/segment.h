@@ -98,7 +98,9 @@ inline CollectiveDescriptor unpack(const LineDescriptor& l) {
 
 // Every field the mismatch check compares, in 64 bits (Note [Control line layout]): the small
 // fields side by side, root and numel each times an odd constant (a bijection), so calls that
-// differ in one field always differ here, and in several at odds near 2^-64. Three independent
+// differ in one field always differ here; calls that differ in several collide only where the
+// products' differences cancel modulo 2^64 (e.g. numels 2^32 apart with other fields changed too),
+// which no call a program makes is near, but is not ruled out. Three independent
 // multiplies: a hash with a finaliser per word cost the call about 0.01 us (docs/performance.md).
 inline std::uint64_t digest(const LineDescriptor& l) {
   auto byte = [](std::int8_t v, int at) {
