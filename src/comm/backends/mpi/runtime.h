@@ -24,8 +24,7 @@
 //     for a collective the group has seen finish soon: Note [Waiting as long as it takes] in
 //     collective.h), whenever the thread is not making them (turn_, taken with try_lock:
 //     MPI_THREAD_SERIALIZED asks only that calls never overlap): it takes in what is queued and
-//     polls every task in
-//     flight, as the thread would. mpirun binds a rank to one core, which the caller and the
+//     polls every task in flight, as the thread would. mpirun binds a rank to one core, which the caller and the
 //     thread then share: a small collective completes without the two context switches of a
 //     hand-over and back. What the caller leaves in flight, it wakes the thread to poll. A
 //     caller inside a blocking data step (Note [Blocking data step] in collective.h, opt-in)
