@@ -5,21 +5,29 @@
 # binds each rank to a core); each is `dpx-bench ddp-job`, whose rank 0 prints samples/s and
 # DDP's communication and exposed communication per step. Prints a line per run, then per
 # model and backend the medians, and the exposed share (exposed / communication) against shm's.
+# hierarchical-mpi (shm inside the host, MPI among the hosts' leaders) starts under mpirun too,
+# with a store on a free port for its shm groups.
 #   bench/ddp_backends.sh [BUILD_DIR]     env: ROUNDS=3 WORLD=2 MODELS="cnn mlp" STEPS=10
+#                                              BACKENDS="shm gloo mpi" (shm first or among them)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 build=${1:-build}
 rounds=${ROUNDS:-3} world=${WORLD:-2} steps=${STEPS:-10}
 out=$(mktemp -d /tmp/dpx-ddp-backends-XXXXXX)
 export OMP_NUM_THREADS=1
-backends=(shm gloo mpi)
+read -r -a backends <<< "${BACKENDS:-shm gloo mpi}"
+n=${#backends[@]}
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
 echo "# dpx-bench ddp-job, $world ranks x 1 thread, $steps steps, $rounds rounds; logs in $out"
 for round in $(seq 0 $((rounds - 1))); do
   for model in ${MODELS:-cnn mlp}; do
-    for i in 0 1 2; do
-      b=${backends[$(( (i + round) % 3 ))]}
+    for i in $(seq 0 $((n - 1))); do
+      b=${backends[$(( (i + round) % n ))]}
       if [ "$b" = mpi ]; then
         launcher=(mpirun.openmpi --allow-run-as-root --oversubscribe -np "$world" -x OMP_NUM_THREADS)
+      elif [ "$b" = hierarchical-mpi ]; then
+        launcher=(mpirun.openmpi --allow-run-as-root --oversubscribe -np "$world" -x OMP_NUM_THREADS
+                  -x MASTER_ADDR=127.0.0.1 -x MASTER_PORT="$(free_port)")
       else
         launcher=("$build/tools/dpxrun/dpxrun" --standalone --nproc-per-node "$world")
       fi
@@ -32,7 +40,7 @@ for round in $(seq 0 $((rounds - 1))); do
     done
   done
 done
-python3 - "$out/runs.txt" <<'PY'
+python3 - "$out/runs.txt" "${backends[@]}" <<'PY'
 import re, statistics, sys
 runs = {}
 for l in open(sys.argv[1]):
@@ -44,7 +52,7 @@ for model in sorted({k[0] for k in runs}):
     print("|---|---:|---:|---:|---:|---:|---:|")
     med = {b: [statistics.median(r[k] for r in runs[(model, b)]) for k in range(3)]
            for (m2, b) in runs if m2 == model}
-    for b in ("shm", "gloo", "mpi"):
+    for b in sys.argv[2:]:
         if b not in med: continue
         sps, comm, exp = med[b]
         share, shm_share = exp / comm, med["shm"][2] / med["shm"][1]

@@ -6,8 +6,10 @@
 // checks that the ranks agree nor ever times out. So each collective goes through these steps
 // on the MPI thread (Note [MPI thread] in runtime.h):
 //  1. Taken in, in call order: if the group has failed, it fails at once with that error. Else
-//     it gets the group's next number and, with more than one rank, starts an MPI_Iallgather of
-//     its descriptor (Note [Consistency]) on the group's check communicator.
+//     it gets the group's next number and, with more than one rank, starts the exchange of its
+//     descriptor (Note [Consistency]) on the group's check communicator: with up to
+//     kPointToPointCheck ranks, an MPI_Isend to every peer and an MPI_Irecv from every peer
+//     (Note [Descriptors by point-to-point]), above that an MPI_Iallgather.
 //  2. When every descriptor is in and it is this collective's turn on the data communicator
 //     (the collectives before it started their data step, or were refused), it compares them:
 //     every rank sees the same descriptors, so on a difference all raise MismatchError, none
@@ -93,6 +95,19 @@
 
 namespace dpx::detail::mpi {
 
+// Note [Descriptors by point-to-point]
+// Every collective first exchanges its descriptor with every peer (Note [MPI collective steps],
+// step 1), so that exchange's cost is paid by every call and is most of the backend's fixed cost
+// per call. OpenMPI's MPI_Iallgather (libnbc) builds a schedule and runs it round by round; for
+// a few ranks the same exchange by hand, a send to and a receive from each peer posted together,
+// saves that machinery (measured: docs/performance.md, "The descriptors' exchange by
+// point-to-point"). The messages carry one tag on the check communicator, which carries nothing
+// else: MPI delivers messages of one sender, tag and communicator in the order they were sent,
+// and every rank posts its exchanges in call order, so collective k's receive gets the peer's
+// collective k. With more ranks each rank's sends grow with the group, where a library's
+// all-gather may use fewer rounds of larger messages: there the MPI_Iallgather stays.
+constexpr int kPointToPointCheck = 8;
+
 // Note [Waiting as long as it takes]
 // A caller waiting for its collective makes the MPI calls itself (Note [MPI thread], step 4) for
 // 50 us, then sleeps until the MPI thread completes it. A collective that takes a little longer
@@ -171,6 +186,7 @@ class MpiWork : public Work {
  private:
   std::shared_ptr<const Channel> channel_;
   CollectiveDescriptor desc_;
+  std::size_t size_class_;  // size_class(desc_), into Channel::took_us
   bool numbered_ = false;
   std::atomic<bool> done_{false};
   std::mutex mutex_;
@@ -196,6 +212,8 @@ class Collective : public Task {
   State fail(std::exception_ptr error);
   State fail_destroyed(const char* when);  // the group was destroyed `when`
   State time_out(const char* waiting_for);
+  bool past_deadline();  // deadline_ passed (read now and then)
+  int start_check();
   std::exception_ptr compare();
   std::exception_ptr mpi_error(int rc, const char* call);
 
@@ -205,12 +223,15 @@ class Collective : public Task {
   std::shared_ptr<MpiWork> work_;
   std::chrono::steady_clock::time_point deadline_;
   Step at_ = Step::kNew;
-  // The all-gather's (step 1), the data step's, or a round's two (DataStep::round).
+  // The data step's, or a round's two (DataStep::round).
   MPI_Request requests_[2] = {MPI_REQUEST_NULL, MPI_REQUEST_NULL};
+  // Step 1's: the all-gather's one, or a send to and a receive from each peer.
+  std::vector<MPI_Request> checks_;
   bool by_rounds_ = false;  // every rank runs DataStep::round (Note [Ring all-reduce])
   int round_ = 0;           // the round in flight
   std::vector<Published> all_;  // every rank's (step 1)
   bool undecided_ = false;      // counted in Context::undecided
+  std::uint32_t polls_ = 0;     // past_deadline()'s count
 };
 
 // Note [One creation at a time]
