@@ -6,7 +6,10 @@
 # DDP's communication and exposed communication per step. Prints a line per run, then per
 # model and backend the medians, and the exposed share (exposed / communication) against shm's.
 # hierarchical-mpi (shm inside the host, MPI among the hosts' leaders) starts under mpirun too,
-# with a store on a free port for its shm groups.
+# with a store on a free port for its shm groups. To tell a backend from the launcher's core
+# binding: NAME@mpirun starts a store backend under mpirun (bound to a core per rank, a store
+# on a free port), mpi@unbound starts mpi with `--bind-to none`. mpi:DIR runs mpi with the
+# libdpx.so.0 in DIR (another build of dpx, e.g. before a change) under the same dpx-bench.
 #   bench/ddp_backends.sh [BUILD_DIR]     env: ROUNDS=3 WORLD=2 MODELS="cnn mlp" STEPS=10
 #                                              BACKENDS="shm gloo mpi" (shm first or among them)
 set -euo pipefail
@@ -22,21 +25,24 @@ echo "# dpx-bench ddp-job, $world ranks x 1 thread, $steps steps, $rounds rounds
 for round in $(seq 0 $((rounds - 1))); do
   for model in ${MODELS:-cnn mlp}; do
     for i in $(seq 0 $((n - 1))); do
-      b=${backends[$(( (i + round) % n ))]}
-      if [ "$b" = mpi ]; then
-        launcher=(mpirun.openmpi --allow-run-as-root --oversubscribe -np "$world" -x OMP_NUM_THREADS)
-      elif [ "$b" = hierarchical-mpi ]; then
-        launcher=(mpirun.openmpi --allow-run-as-root --oversubscribe -np "$world" -x OMP_NUM_THREADS
-                  -x MASTER_ADDR=127.0.0.1 -x MASTER_PORT="$(free_port)")
-      else
-        launcher=("$build/tools/dpxrun/dpxrun" --standalone --nproc-per-node "$world")
-      fi
-      log=$out/$model-$b-$round.log
+      spec=${backends[$(( (i + round) % n ))]}
+      b=${spec%@*}
+      b=${b%%:*}
+      mpirun=(mpirun.openmpi --allow-run-as-root --oversubscribe -np "$world" -x OMP_NUM_THREADS)
+      case "$spec" in
+        mpi) launcher=("${mpirun[@]}") ;;
+        mpi@unbound) launcher=("${mpirun[@]}" --bind-to none) ;;
+        mpi:*) launcher=("${mpirun[@]}" -x LD_LIBRARY_PATH="${spec#mpi:}") ;;
+        hierarchical-mpi|*@mpirun)
+          launcher=("${mpirun[@]}" -x MASTER_ADDR=127.0.0.1 -x MASTER_PORT="$(free_port)") ;;
+        *) launcher=("$build/tools/dpxrun/dpxrun" --standalone --nproc-per-node "$world") ;;
+      esac
+      log=$out/$model-${spec//\//_}-$round.log
       "${launcher[@]}" "$build/bench/dpx-bench" ddp-job --backend "$b" --model "$model" \
-        --steps "$steps" > "$log" 2>&1 || { echo "$b $model round $round failed:" >&2; tail -n 5 "$log" >&2; exit 1; }
+        --steps "$steps" > "$log" 2>&1 || { echo "$spec $model round $round failed:" >&2; tail -n 5 "$log" >&2; exit 1; }
       line=$(grep -o 'ddp-job model .*' "$log")
-      echo "round $round $line"
-      echo "$line" >> "$out/runs.txt"
+      echo "round $round $spec $line"
+      echo "round $round $spec $line" >> "$out/runs.txt"
     done
   done
 done
@@ -44,17 +50,22 @@ python3 - "$out/runs.txt" "${backends[@]}" <<'PY'
 import re, statistics, sys
 runs = {}
 for l in open(sys.argv[1]):
-    m = re.search(r"model (\w+) backend (\S+) .*samples/s ([\d.]+) comm_ms ([\d.]+) exposed_ms ([\d.]+)", l)
-    model, b, sps, comm, exp = m.group(1), m.group(2), *map(float, m.groups()[2:])
-    runs.setdefault((model, b), []).append((sps, comm, exp))
+    m = re.search(r"^round (\d+) (\S+) .*model (\w+) backend \S+ .*samples/s ([\d.]+) comm_ms ([\d.]+) exposed_ms ([\d.]+)", l)
+    rnd, b, model = int(m.group(1)), m.group(2), m.group(3)
+    sps, comm, exp = map(float, m.groups()[3:])
+    runs.setdefault((model, b), {})[rnd] = (sps, comm, exp)
 for model in sorted({k[0] for k in runs}):
-    print(f"\n{model}: | backend | samples/s | comm ms/step | exposed ms/step | exposed share | share / shm's | samples/s vs shm |")
-    print("|---|---:|---:|---:|---:|---:|---:|")
-    med = {b: [statistics.median(r[k] for r in runs[(model, b)]) for k in range(3)]
+    print(f"\n{model}: | backend | samples/s | comm ms/step | exposed ms/step | exposed share | share / shm's | samples/s vs shm | share / shm's, per round |")
+    print("|---|---:|---:|---:|---:|---:|---:|---|")
+    med = {b: [statistics.median(r[k] for r in runs[(model, b)].values()) for k in range(3)]
            for (m2, b) in runs if m2 == model}
+    shm = runs[(model, "shm")]
     for b in sys.argv[2:]:
         if b not in med: continue
         sps, comm, exp = med[b]
         share, shm_share = exp / comm, med["shm"][2] / med["shm"][1]
-        print(f"| {b} | {sps:.1f} | {comm:.2f} | {exp:.2f} | {share:.3f} | {share / shm_share:.2f} | {sps / med['shm'][0]:.3f} |")
+        # The same round's shm run is the baseline of each round's ratio.
+        per = [(e / c) / (shm[r][2] / shm[r][1]) for r, (_, c, e) in sorted(runs[(model, b)].items())]
+        print(f"| {b} | {sps:.1f} | {comm:.2f} | {exp:.2f} | {share:.3f} | {share / shm_share:.2f} | "
+              f"{sps / med['shm'][0]:.3f} | {statistics.median(per):.2f} ({', '.join(f'{x:.2f}' for x in per)}) |")
 PY

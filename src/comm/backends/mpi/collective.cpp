@@ -45,6 +45,11 @@ std::string MpiWork::describe() {
 }
 
 void MpiWork::wait(std::chrono::milliseconds timeout) {
+  struct Waiting {  // the MPI thread spins rather than naps while a caller waits
+    Runtime* runtime;
+    explicit Waiting(Runtime* r) : runtime(r) { runtime->waiting(1); }
+    ~Waiting() { runtime->waiting(-1); }
+  } waiting(channel_->runtime);
   // A small collective finishes within microseconds, sooner than a sleeping thread wakes up:
   // make its MPI calls here for a while (Note [MPI thread], step 4), then sleep.
   // Note [Waiting as long as it takes] in collective.h.
@@ -126,11 +131,6 @@ Task::State Collective::fail(std::exception_ptr error) {
   return State::kDone;
 }
 
-Task::State Collective::fail_destroyed(const char* when) {
-  return fail(std::make_exception_ptr(DistributedError(
-      ch_->where + "mpi: " + work_->describe() + ": the group was destroyed " + when)));
-}
-
 // Note [MPI collective steps], the group's timeout.
 Task::State Collective::time_out(const char* waiting_for) {
   auto error = std::make_exception_ptr(TimeoutError(
@@ -147,20 +147,22 @@ Task::State Collective::time_out(const char* waiting_for) {
   return pending() ? State::kLingering : State::kDone;
 }
 
-// The clock costs about 25 ns a read here, a quarter of a poll of a collective in flight: read
-// it on every 32nd poll only. A busy task is polled continuously (Note [MPI thread], step 2), so
-// its timeout fires at most 32 polls late.
+// The clock costs about 25 ns a read here, a quarter of a poll of a collective in flight: a
+// task that is not done looks at it (and at the group's failure) on every 32nd poll only. A busy
+// task is polled continuously (Note [MPI thread], step 2), so its timeout fires at most 32 polls
+// late.
+bool Collective::due() { return (++polls_ & 31U) == 0; }
+
 bool Collective::past_deadline() {
-  if ((++polls_ & 31U) != 0) return false;
-  return std::chrono::steady_clock::now() >= deadline_;
+  return due() && std::chrono::steady_clock::now() >= deadline_;
 }
 
 Task::State Collective::take_in(Context& context) {
   if (auto failed = ch_->failure()) return fail(failed);
-  if (ch_->closed) {
-    return fail_destroyed("before it ran");
-  }
+  // Freed only once all it took in settled, and nothing comes after (Note [Destroying a group]).
+  TORCH_INTERNAL_ASSERT(!ch_->closed, "a collective reached a destroyed mpi group");
   mine_.call.seq = ch_->taken++;
+  numbered_ = true;
   work_->number(mine_.call.seq);
   // Note [Blocking data step], step 1.
   mine_.may_block = context.alone && ch_->may_block;
@@ -217,6 +219,10 @@ std::exception_ptr Collective::compare() {
 
 Task::State Collective::poll(Context& context) {
   const State s = advance(context);
+  if (s != State::kBusy && numbered_) {  // its answer is given (Note [Destroying a group])
+    numbered_ = false;
+    ++ch_->settled;
+  }
   // Note [Blocking data step], step 3: chosen (or failed), so other blocking calls may go on.
   if (undecided_ && (s != State::kBusy || at_ == Step::kData)) {
     undecided_ = false;
@@ -236,10 +242,15 @@ Task::State Collective::advance(Context& context) {
                        MPI_STATUSES_IGNORE);
       if (rc != MPI_SUCCESS) return fail(mpi_error(rc, "the descriptors' exchange"));
       if (!done) {
-        if (!past_deadline()) return State::kBusy;
+        if (!due()) return State::kBusy;
+        // A collective before it timed out, perhaps a hair after this one was taken in (the
+        // caller's wait can end before the group's deadline): its peers may never come.
+        if (auto failed = ch_->failure()) return fail(failed);
+        if (std::chrono::steady_clock::now() < deadline_) return State::kBusy;
         return time_out("every rank to issue it (a rank that never calls it, or is stuck "
                         "before it, holds it up)");
       }
+      ++context.moves;
       at_ = Step::kTurn;
       [[fallthrough]];
     case Step::kTurn: {
@@ -256,9 +267,6 @@ Task::State Collective::advance(Context& context) {
       const bool ring = std::all_of(all_.begin(), all_.end(),
                                     [](const Published& p) { return p.ring != 0; });
       ++ch_->turn;
-      if (ch_->closed) {
-        return fail_destroyed("before it ran");
-      }
       if (auto mismatch = compare()) return fail(mismatch);
       if (block) {
         rc = step_.start(ch_->data, nullptr);
@@ -281,11 +289,8 @@ Task::State Collective::advance(Context& context) {
         if (!past_deadline()) return State::kBusy;
         return time_out("the data exchange to complete (a peer stopped in the middle of it)");
       }
+      ++context.moves;
       if (by_rounds_ && ++round_ < step_.rounds) {
-        if (ch_->closed) {  // its communicators are freed: no round can start on them
-          return fail_destroyed("in the middle of it; wait for a group's collectives before "
-                                "destroying it");
-        }
         return start_round();
       }
       return finish_data_step();
@@ -307,14 +312,17 @@ Task::State Collective::advance(Context& context) {
 }
 
 // Note [Ring all-reduce] in ring.h: round round_ of the data step, with a tag no other round of
-// the collectives that can be in flight with it has (use_ring() left room for 1024 of them).
+// the collectives that can be in flight with it has. Each collective owns a stride of tags of
+// its own whatever its number of rounds (collectives of different sizes have different numbers
+// of segments), and kRoundCollectives, a power of two, keeps the tags unbroken when the uint32
+// numbers wrap.
 Task::State Collective::start_round() {
-  const int per_collective = step_.rounds;
-  // A power of two, so the tags run on unbroken when the uint32 numbers wrap.
-  int collectives = 1;
-  while (collectives <= ch_->runtime->tag_ub() / per_collective / 2) collectives *= 2;
-  const int tag = static_cast<int>(mine_.call.seq % static_cast<std::uint32_t>(collectives)) *
-      per_collective + round_;
+  const int stride = ch_->runtime->tag_ub() / kRoundCollectives;
+  TORCH_INTERNAL_ASSERT(step_.rounds <= stride, "a ring of ", step_.rounds, " rounds exceeds its ",
+                        stride, " tags");
+  const int tag =
+      static_cast<int>(mine_.call.seq % static_cast<std::uint32_t>(kRoundCollectives)) * stride +
+      round_;
   const int rc = step_.round(ch_->data, round_, tag, requests_);
   if (rc != MPI_SUCCESS) return fail(mpi_error(rc, "a round of the ring all-reduce"));
   at_ = Step::kData;
@@ -328,6 +336,16 @@ Task::State Collective::finish_data_step() {
     return fail(std::current_exception());
   }
   step_ = {};
+  work_->complete(nullptr);
+  return State::kDone;
+}
+
+// Note [Destroying a group] in collective.h.
+Task::State CloseTask::poll(Context& /*context*/) {
+  if (ch_->settled != ch_->taken) return State::kBusy;
+  ch_->closed = true;
+  MPI_Comm_free(&ch_->data);
+  MPI_Comm_free(&ch_->check);
   work_->complete(nullptr);
   return State::kDone;
 }

@@ -137,6 +137,7 @@ struct Channel {
   MPI_Comm check = MPI_COMM_NULL;  // their descriptors (step 1)
   bool closed = false;             // the group was destroyed; its communicators are freed
   std::uint32_t taken = 0;         // collectives taken in so far (the next one's number)
+  std::uint32_t settled = 0;       // of those, the ones that have their answer (CloseTask)
   std::uint32_t turn = 0;          // the number of the collective whose data step goes next
   // Any thread: how long the last collective of each kind and size class took from call to
   // completion, in microseconds, 0 before the first (Note [Waiting as long as it takes]).
@@ -158,6 +159,10 @@ struct DataStep {
   int rounds = 0;
   std::function<void()> finish;  // optional: what follows the data step
 };
+
+// Collectives of rounds (DataStep::round) whose tags are kept apart: each owns MPI_TAG_UB /
+// kRoundCollectives tags, so its rounds must not outnumber them (Note [Ring all-reduce]).
+constexpr int kRoundCollectives = 1024;
 
 // What each rank publishes in step 1.
 struct Published {
@@ -210,9 +215,9 @@ class Collective : public Task {
   State finish_data_step();
   bool pending() const;  // MPI may still write into the collective's buffers
   State fail(std::exception_ptr error);
-  State fail_destroyed(const char* when);  // the group was destroyed `when`
   State time_out(const char* waiting_for);
-  bool past_deadline();  // deadline_ passed (read now and then)
+  bool due();            // time to look at the clock (every 32nd poll)
+  bool past_deadline();  // due() and deadline_ passed
   int start_check();
   std::exception_ptr compare();
   std::exception_ptr mpi_error(int rc, const char* call);
@@ -231,7 +236,31 @@ class Collective : public Task {
   int round_ = 0;           // the round in flight
   std::vector<Published> all_;  // every rank's (step 1)
   bool undecided_ = false;      // counted in Context::undecided
+  bool numbered_ = false;       // taken in: it counts in Channel::taken, and once done, settled
   std::uint32_t polls_ = 0;     // past_deadline()'s count
+};
+
+// Note [Destroying a group]
+// A group destroyed with collectives in flight (DDP dropped mid-step, a test that returns early)
+// frees its communicators only once every collective it took in has its answer. Freeing them
+// earlier, between two rounds of a ring, left the rounds a peer had already sent unmatched on
+// this rank: OpenMPI keeps such messages for the communicator's context id, and hands them to
+// the next communicator that takes the id (it crashed in mca_pml_ob1_add_comm making a
+// sub-group, mpi.two_hosts; a receive with the same tag would have taken a stale message's
+// bytes). Every rank took in the same collectives before its destructor ran, and each of them,
+// once its descriptors are in, runs on every rank, so letting them all finish leaves nothing
+// unmatched; one that times out lingers, and MPI frees the communicator when its requests end.
+// The destructor waits for that (within the group's timeout, plus a second), so the frees stay
+// at one point of every rank's program (Note [One creation at a time]).
+class CloseTask : public Task {
+ public:
+  CloseTask(std::shared_ptr<Channel> channel, std::shared_ptr<CompletionWork> work)
+      : ch_(std::move(channel)), work_(std::move(work)) {}
+  State poll(Context& context) override;
+
+ private:
+  std::shared_ptr<Channel> ch_;
+  std::shared_ptr<CompletionWork> work_;
 };
 
 // Note [One creation at a time]

@@ -115,20 +115,22 @@ MpiGroup::MpiGroup(const BackendArgs& args)
   });
 }
 
-// Collectives still queued fail (Channel::closed), and so does a ring between two rounds; MPI
-// frees a communicator once the collectives it started on it are complete. The frees happen
-// here, at one point of every rank's program, so that the ranks' free context ids stay alike
-// where they can (they need not: Note [One creation at a time] in collective.h).
+// Note [Destroying a group] in collective.h: the collectives taken in finish first, then the
+// communicators go.
 MpiGroup::~MpiGroup() {
-  auto ch = channel_;
   try {
-    runtime_.call([ch] {
-      ch->closed = true;
-      MPI_Comm_free(&ch->data);
-      MPI_Comm_free(&ch->check);
-    });
+    auto freed = std::make_shared<CompletionWork>(
+        options().timeout + std::chrono::milliseconds(1000), where());
+    runtime_.submit(std::make_shared<mpi::CloseTask>(channel_, freed));
+    runtime_.waiting(1);  // the MPI thread spins for the collectives that remain
+    try {
+      freed->wait();
+    } catch (const std::exception&) {
+      // Past the timeout (a collective MPI cannot end): the task frees them when it can.
+    }
+    runtime_.waiting(-1);
   } catch (const std::exception&) {
-    // Nothing to report to from a destructor; MPI_Finalize frees them in any case.
+    // The process exits (no task can be queued): MPI_Finalize frees them.
   }
 }
 
@@ -156,7 +158,7 @@ std::shared_ptr<Work> MpiGroup::do_allreduce(at::Tensor& tensor, const Allreduce
              : MPI_Allreduce(MPI_IN_PLACE, p, n, type, op, c);
   };
   if (channel_->ring && mpi::use_ring(tensor, size(), runtime_.tag_ub())) {
-    mpi::add_ring(step, tensor, type, op, rank(), size());
+    mpi::add_ring(step, tensor, type, op, rank(), size(), runtime_.tag_ub());
   }
   // MPI has no average: a sum, then one division on the MPI thread, so every rank rounds alike.
   if (opts.op == ReduceOp::kAvg) step.finish = [t = tensor, w = size()] { t.div_(w); };

@@ -2,52 +2,76 @@
 #if DPX_WITH_MPI
 #include "comm/backends/mpi/ring.h"
 
+#include <algorithm>
 #include <memory>
 
 namespace dpx::detail::mpi {
 namespace {
 
-// Tags left for each round of one collective: a group keeps this many collectives apart.
-constexpr int kCollectivesInFlight = 1024;
+// Segments: a chunk moves in pieces of at most kSegmentBytes, each reduced as soon as it is in
+// (Note [Ring all-reduce], segments).
+constexpr std::int64_t kSegmentBytes = 1 << 20;
+
+// How many segments each chunk of a `bytes` all-reduce over `size` ranks moves in: enough to keep
+// each under kSegmentBytes, as far as the collective's tags allow (kRoundCollectives).
+int segments(std::int64_t bytes, int size, int tag_ub) {
+  const std::int64_t chunk = bytes / size + 1;
+  const std::int64_t wanted = (chunk + kSegmentBytes - 1) / kSegmentBytes;
+  const std::int64_t allowed = tag_ub / kRoundCollectives / (2 * (size - 1));
+  return static_cast<int>(std::max<std::int64_t>(1, std::min(wanted, allowed)));
+}
 
 class Ring {
  public:
-  Ring(const at::Tensor& tensor, MPI_Datatype type, MPI_Op op, int rank, int size)
-      : tensor_(tensor), type_(type), op_(op), rank_(rank), size_(size),
+  Ring(const at::Tensor& tensor, MPI_Datatype type, MPI_Op op, int rank, int size, int segments)
+      : tensor_(tensor), type_(type), op_(op), rank_(rank), size_(size), segments_(segments),
         elem_(tensor.element_size()), count_(tensor.numel()),
-        scratch_(at::empty({count_ / size + 1}, tensor.options())) {}
+        scratch_(at::empty({count_ / size / segments + 2}, tensor.options())) {}
 
-  int round(MPI_Comm comm, int k, int tag, MPI_Request* requests) {
+  // Round j moves segment j % segments_ of the chunks of ring step j / segments_.
+  int round(MPI_Comm comm, int j, int tag, MPI_Request* requests) {
     const int right = (rank_ + 1) % size_;
     const int left = (rank_ + size_ - 1) % size_;
-    if (k > 0 && k <= size_ - 1) {  // the previous round received a chunk to reduce (step 1)
-      const int c = chunk(rank_ - k);
-      const int rc = MPI_Reduce_local(scratch_.data_ptr(), at(c), length(c), type_, op_);
+    if (j > 0 && (j - 1) / segments_ < size_ - 1) {
+      // The previous round received a segment to reduce (step 1): chunk rank - k - 1 of its k.
+      const int k = (j - 1) / segments_;
+      const Piece in = piece(rank_ - k - 1, (j - 1) % segments_);
+      const int rc = MPI_Reduce_local(scratch_.data_ptr(), in.at, in.length, type_, op_);
       if (rc != MPI_SUCCESS) return rc;
     }
-    int send = 0;
-    int receive = 0;
+    const int k = j / segments_;
+    const int s = j % segments_;
+    Piece send;
+    Piece receive;
     void* into = scratch_.data_ptr();
     if (k < size_ - 1) {
-      send = chunk(rank_ - k);
-      receive = chunk(rank_ - k - 1);
+      send = piece(rank_ - k, s);
+      receive = piece(rank_ - k - 1, s);
     } else {  // step 2
-      const int s = k - (size_ - 1);
-      send = chunk(rank_ + 1 - s);
-      receive = chunk(rank_ - s);
-      into = at(receive);
+      const int t = k - (size_ - 1);
+      send = piece(rank_ + 1 - t, s);
+      receive = piece(rank_ - t, s);
+      into = receive.at;
     }
-    int rc = MPI_Irecv(into, length(receive), type_, left, tag, comm, &requests[1]);
+    int rc = MPI_Irecv(into, receive.length, type_, left, tag, comm, &requests[1]);
     if (rc != MPI_SUCCESS) return rc;
-    return MPI_Isend(at(send), length(send), type_, right, tag, comm, &requests[0]);
+    return MPI_Isend(send.at, send.length, type_, right, tag, comm, &requests[0]);
   }
 
  private:
-  int chunk(int c) const { return ((c % size_) + size_) % size_; }
-  std::int64_t begin(int c) const { return count_ * c / size_; }
-  int length(int c) const { return static_cast<int>(begin(c + 1) - begin(c)); }
-  void* at(int c) const {
-    return static_cast<char*>(tensor_.data_ptr()) + begin(c) * static_cast<std::int64_t>(elem_);
+  struct Piece {
+    void* at = nullptr;
+    int length = 0;
+  };
+  // Segment s of chunk c (c taken modulo the ranks).
+  Piece piece(int c, int s) const {
+    c = ((c % size_) + size_) % size_;
+    const std::int64_t begin = count_ * c / size_;
+    const std::int64_t length = count_ * (c + 1) / size_ - begin;
+    const std::int64_t from = begin + length * s / segments_;
+    const std::int64_t to = begin + length * (s + 1) / segments_;
+    return {static_cast<char*>(tensor_.data_ptr()) + from * static_cast<std::int64_t>(elem_),
+            static_cast<int>(to - from)};
   }
 
   at::Tensor tensor_;
@@ -55,9 +79,10 @@ class Ring {
   MPI_Op op_;
   int rank_;
   int size_;
+  int segments_;
   std::size_t elem_;
   std::int64_t count_;
-  at::Tensor scratch_;  // one chunk from the left neighbour (step 1)
+  at::Tensor scratch_;  // one segment from the left neighbour (step 1)
 };
 
 }  // namespace
@@ -65,13 +90,14 @@ class Ring {
 bool use_ring(const at::Tensor& tensor, int size, int tag_ub) {
   const std::int64_t least = size == 2 ? kRingBytesTwoRanks : kRingChunkBytes * size;
   return size > 1 && tensor.is_cpu() && static_cast<std::int64_t>(tensor.nbytes()) >= least &&
-         tag_ub / (2 * (size - 1)) >= kCollectivesInFlight;
+         tag_ub / kRoundCollectives >= 2 * (size - 1);
 }
 
 void add_ring(DataStep& step, const at::Tensor& tensor, MPI_Datatype type, MPI_Op op, int rank,
-              int size) {
-  auto ring = std::make_shared<Ring>(tensor, type, op, rank, size);
-  step.rounds = 2 * (size - 1);
+              int size, int tag_ub) {
+  const int pieces = segments(static_cast<std::int64_t>(tensor.nbytes()), size, tag_ub);
+  auto ring = std::make_shared<Ring>(tensor, type, op, rank, size, pieces);
+  step.rounds = 2 * (size - 1) * pieces;
   step.round = [ring](MPI_Comm comm, int k, int tag, MPI_Request* requests) {
     return ring->round(comm, k, tag, requests);
   };

@@ -20,6 +20,8 @@ using Clock = std::chrono::steady_clock;
 
 // Spinning without a completion for this long makes the thread yield between polls.
 constexpr auto kSpin = std::chrono::microseconds(50);
+// Between polls of tasks that completed nothing for kSpin, the thread sleeps this long.
+constexpr auto kNap = std::chrono::microseconds(20);
 // How long the idle thread looks for new tasks before it sleeps.
 constexpr auto kIdleSpin = std::chrono::microseconds(100);
 // How often lingering tasks are polled when nothing else is in flight.
@@ -175,6 +177,7 @@ void Runtime::submit(std::shared_ptr<Task> task) {
 void Runtime::run() {
   auto last_done = Clock::now();
   std::uint32_t polls = 0;  // the clock is read on every 16th busy poll (a read costs a quarter of one)
+  bool napping = false;     // nothing completed for kSpin: nap between polls (step 2)
   for (;;) {
     if (in_flight_.load(std::memory_order_acquire) == 0) {
       // A thread asleep takes microseconds to wake, more than a small collective lasts: look
@@ -198,14 +201,23 @@ void Runtime::run() {
     const Progress p = poll_once();
     turn.unlock();
     if (p.stopped) break;
-    if (p.finished) last_done = Clock::now();
+    if (p.moved) {
+      last_done = Clock::now();
+      napping = false;
+    }
     if (!p.busy && p.in_flight) {
       // Only lingering tasks: poll them now and then, or at once when a waiter left a live one.
       std::unique_lock<std::mutex> lock(mutex_);
       cv_.wait_for(lock, kLingerPoll, [&] { return stop_ || !queue_.empty() || poked_; });
       poked_ = false;
-    } else if (p.busy && (++polls & 15U) == 0 && Clock::now() - last_done > kSpin) {
-      sched_yield();
+    } else if (p.busy) {
+      if (!napping && (++polls & 15U) == 0 && Clock::now() - last_done > kSpin) napping = true;
+      if (napping && waiters_.load(std::memory_order_relaxed) != 0) {
+        sched_yield();  // a caller waits for what is in flight: nothing else wants the core
+      } else if (napping) {  // a new task ends the nap at once
+        std::unique_lock<std::mutex> lock(mutex_);
+        cv_.wait_for(lock, kNap, [&] { return stop_ || !queue_.empty(); });
+      }
     }
   }
   std::lock_guard<std::mutex> turn(turn_);  // no waiter is making a call, and none will (stop_)
@@ -254,6 +266,7 @@ Runtime::Progress Runtime::poll_once() {
   // In order, and new tasks last in the order they came: a task's first poll issues its first
   // MPI call, and every rank must issue a group's collectives in one order.
   bool finished = false;
+  const std::uint64_t moves = context_.moves;
   std::size_t kept = 0;
   for (std::size_t i = 0; i < active_.size(); ++i) {
     context_.alone = active_.size() == 1 && queued_.load(std::memory_order_acquire) == 0;
@@ -268,6 +281,7 @@ Runtime::Progress Runtime::poll_once() {
   }
   active_.resize(kept);
   p.finished = finished;
+  p.moved = finished || context_.moves != moves;
   p.in_flight = !active_.empty();
   in_flight_.store(static_cast<int>(active_.size()), std::memory_order_release);
   return p;

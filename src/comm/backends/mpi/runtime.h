@@ -14,9 +14,18 @@
 //     order and polls every task in flight (MPI_Test), so non-blocking collectives of several
 //     buckets progress together and a caller never blocks on MPI. With nothing in flight it
 //     sleeps on a condition variable (after looking at the queue for 100 us: waking a
-//     sleeping thread costs more than a small collective); while something is in flight it spins, yielding the core
-//     between polls after kSpin without a completion (OpenMPI's non-blocking collectives move
-//     only when MPI is called, so a sleeping thread would stall them).
+//     sleeping thread costs more than a small collective). While something is in flight it
+//     polls continuously (OpenMPI's non-blocking collectives move only when MPI is called);
+//     after kSpin in which no task moved (completed, or finished a step: Context::moves):
+//      - while a caller waits for a collective, it yields the core between polls, and spins on:
+//        the waiter sleeps, and nothing else wants the core;
+//      - while none waits (DDP's buckets in flight during backward), it naps kNap between polls.
+//        A thread that spins shares the core with backward in scheduler slices of milliseconds,
+//        and each round of a ring needs both ranks' threads on a core at once, so a round
+//        waited for both slices (a 16 MB bucket took 84 ms of a 95 ms backward, 3-16 ms on shm);
+//        one that naps wakes ahead of backward (the scheduler favours a thread that slept) and
+//        polls within microseconds of a peer's message (the same bucket: 11-16 ms). Measured:
+//        docs/performance.md, "DDP's buckets while backward runs".
 //  3. At exit (atexit, registered once MPI is up) the thread stops and calls MPI_Finalize, which
 //     OpenMPI completes even with requests still pending (a collective a stuck peer never
 //     joined); the thread owns no other state, so nothing outlives it.
@@ -65,6 +74,9 @@ struct Context {
   // collective.h), or null.
   const Task* creating = nullptr;
   bool creation_abandoned = false;  // its caller timed out (it may never complete)
+  // Steps tasks completed so far (a descriptor exchange, a round of a ring): the thread naps
+  // between polls only while nothing moves (Note [MPI thread], step 2).
+  std::uint64_t moves = 0;
 };
 
 // One collective's steps on the MPI thread.
@@ -104,6 +116,8 @@ class Runtime {
   // Step 4: makes the MPI calls in the thread's stead until `done` or `until`, while it is not
   // making them itself.
   void help(const std::atomic<bool>& done, std::chrono::steady_clock::time_point until);
+  // A caller starts (+1) or ends (-1) waiting for a collective (step 2: the thread then never naps).
+  void waiting(int delta) { waiters_.fetch_add(delta, std::memory_order_relaxed); }
 
  private:
   struct Progress {
@@ -111,6 +125,7 @@ class Runtime {
     bool busy = false;       // a task in flight wants to be polled again at once
     bool in_flight = false;  // tasks remain (busy or lingering)
     bool finished = false;   // a task completed
+    bool moved = false;      // a task completed a step (Context::moves), or completed
   };
   Runtime();
   void run();
@@ -142,6 +157,7 @@ class Runtime {
   std::deque<Item> intake_;
   Context context_;
   std::atomic<int> in_flight_{0};  // active_.size(), for the thread's idle check
+  std::atomic<int> waiters_{0};    // callers inside a collective's wait (waiting())
   // 1 while queue_ holds something or stop_ is set: the thread reads it unlocked, and takes
   // the lock (to see either) only when it is set or nothing is in flight.
   std::atomic<int> queued_{0};
