@@ -32,7 +32,7 @@ for round in $(seq 0 $((rounds - 1))); do
       case "$spec" in
         mpi) launcher=("${mpirun[@]}") ;;
         mpi@unbound) launcher=("${mpirun[@]}" --bind-to none) ;;
-        mpi:*) launcher=("${mpirun[@]}" -x LD_LIBRARY_PATH="${spec#mpi:}") ;;
+        mpi:*) launcher=("${mpirun[@]}" -x LD_LIBRARY_PATH="${spec#mpi:}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}") ;;
         hierarchical-mpi|*@mpirun)
           launcher=("${mpirun[@]}" -x MASTER_ADDR=127.0.0.1 -x MASTER_PORT="$(free_port)") ;;
         *) launcher=("$build/tools/dpxrun/dpxrun" --standalone --nproc-per-node "$world") ;;

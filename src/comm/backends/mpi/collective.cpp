@@ -45,11 +45,7 @@ std::string MpiWork::describe() {
 }
 
 void MpiWork::wait(std::chrono::milliseconds timeout) {
-  struct Waiting {  // the MPI thread spins rather than naps while a caller waits
-    Runtime* runtime;
-    explicit Waiting(Runtime* r) : runtime(r) { runtime->waiting(1); }
-    ~Waiting() { runtime->waiting(-1); }
-  } waiting(channel_->runtime);
+  const Waiting waiting(*channel_->runtime);  // the MPI thread spins rather than naps
   // A small collective finishes within microseconds, sooner than a sleeping thread wakes up:
   // make its MPI calls here for a while (Note [MPI thread], step 4), then sleep.
   // Note [Waiting as long as it takes] in collective.h.
@@ -148,9 +144,8 @@ Task::State Collective::time_out(const char* waiting_for) {
 }
 
 // The clock costs about 25 ns a read here, a quarter of a poll of a collective in flight: a
-// task that is not done looks at it (and at the group's failure) on every 32nd poll only. A busy
-// task is polled continuously (Note [MPI thread], step 2), so its timeout fires at most 32 polls
-// late.
+// collective that is not done looks at it on every 32nd poll only. A busy task is polled
+// continuously (Note [MPI thread], step 2), so its timeout fires at most 32 polls late.
 bool Collective::due() { return (++polls_ & 31U) == 0; }
 
 bool Collective::past_deadline() {
@@ -193,12 +188,15 @@ int Collective::start_check() {
                           checks_.data());
   }
   all_[ch_->rank] = mine_;
+  // The collective's number as the tag (MPI_TAG_UB is at least 32767): matching does not rest
+  // on the order in which the MPI thread and a helping waiter posted them.
+  const int tag = static_cast<int>(mine_.call.seq & 32767U);
   checks_.assign(2 * (ch_->size - 1), MPI_REQUEST_NULL);
   MPI_Request* next = checks_.data();
   for (int r = 0; r < ch_->size; ++r) {
     if (r == ch_->rank) continue;
-    int rc = MPI_Irecv(&all_[r], kBytes, MPI_BYTE, r, 0, ch_->check, next++);
-    if (rc == MPI_SUCCESS) rc = MPI_Isend(&mine_, kBytes, MPI_BYTE, r, 0, ch_->check, next++);
+    int rc = MPI_Irecv(&all_[r], kBytes, MPI_BYTE, r, tag, ch_->check, next++);
+    if (rc == MPI_SUCCESS) rc = MPI_Isend(&mine_, kBytes, MPI_BYTE, r, tag, ch_->check, next++);
     if (rc != MPI_SUCCESS) return rc;
   }
   return MPI_SUCCESS;
@@ -295,14 +293,15 @@ Task::State Collective::advance(Context& context) {
       }
       return finish_data_step();
     case Step::kLinger:
-      if (!checks_.empty()) {  // done, or MPI gave up on them
+      // Until MPI lets go of every buffer: an error of one request says nothing of the others.
+      if (!checks_.empty()) {
         int checked = 0;
         rc = MPI_Testall(static_cast<int>(checks_.size()), checks_.data(), &checked,
                          MPI_STATUSES_IGNORE);
-        if (rc == MPI_SUCCESS && !checked) return State::kLingering;
+        if (rc != MPI_SUCCESS || !checked) return State::kLingering;
         checks_.clear();
       }
-      if (MPI_Testall(2, requests_, &done, MPI_STATUSES_IGNORE) != MPI_SUCCESS || done) {
+      if (MPI_Testall(2, requests_, &done, MPI_STATUSES_IGNORE) == MPI_SUCCESS && done) {
         step_ = {};
         return State::kDone;
       }

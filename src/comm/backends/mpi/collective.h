@@ -100,12 +100,14 @@ namespace dpx::detail::mpi {
 // step 1), so that exchange's cost is paid by every call and is most of the backend's fixed cost
 // per call. OpenMPI's MPI_Iallgather (libnbc) builds a schedule and runs it round by round; for
 // a few ranks the same exchange by hand, a send to and a receive from each peer posted together,
-// saves that machinery (measured: docs/performance.md, "The descriptors' exchange by
-// point-to-point"). The messages carry one tag on the check communicator, which carries nothing
-// else: MPI delivers messages of one sender, tag and communicator in the order they were sent,
-// and every rank posts its exchanges in call order, so collective k's receive gets the peer's
-// collective k. With more ranks each rank's sends grow with the group, where a library's
-// all-gather may use fewer rounds of larger messages: there the MPI_Iallgather stays.
+// saves that machinery (measured: docs/performance.md, "The mpi backend's fixed cost, its large
+// all-reduce, ..."). The check communicator carries nothing else, and each message's tag is the
+// collective's number modulo 32768: MPI delivers messages of one sender, tag and communicator
+// in the order they were sent, and every rank posts its exchanges in call order, so collective
+// k's receive gets the peer's collective k even where the MPI thread and a helping waiter
+// posted them (Note [MPI thread], step 4). With more ranks each rank's sends grow with the
+// group, where a library's all-gather may use fewer rounds of larger messages: there the
+// MPI_Iallgather stays.
 constexpr int kPointToPointCheck = 8;
 
 // Note [Waiting as long as it takes]
@@ -247,11 +249,16 @@ class Collective : public Task {
 // this rank: OpenMPI keeps such messages for the communicator's context id, and hands them to
 // the next communicator that takes the id (it crashed in mca_pml_ob1_add_comm making a
 // sub-group, mpi.two_hosts; a receive with the same tag would have taken a stale message's
-// bytes). Every rank took in the same collectives before its destructor ran, and each of them,
-// once its descriptors are in, runs on every rank, so letting them all finish leaves nothing
-// unmatched; one that times out lingers, and MPI frees the communicator when its requests end.
-// The destructor waits for that (within the group's timeout, plus a second), so the frees stay
-// at one point of every rank's program (Note [One creation at a time]).
+// bytes). In a program whose ranks issued the same collectives before their destructors, each
+// of them, once its descriptors are in, runs on every rank, so letting them all finish leaves
+// nothing unmatched; one that times out lingers, and MPI frees the communicator when its
+// requests end. The destructor waits for that for at most 10 s (or the group's timeout if
+// shorter), so the frees stay at one point of every rank's program when the collectives finish
+// soon; past that it returns, and the communicators go when the last collective settles (a
+// collective waiting for a peer that died or never issued it settles at the group's timeout,
+// 30 minutes by default). Where the ranks' programs diverged, or the group failed on one rank
+// only, a peer's descriptor can still be left unmatched: such a group is not usable anyway, and
+// the job should end (docs/backends.md).
 class CloseTask : public Task {
  public:
   CloseTask(std::shared_ptr<Channel> channel, std::shared_ptr<CompletionWork> work)

@@ -90,6 +90,7 @@ MpiGroup::MpiGroup(const BackendArgs& args)
       parent, std::vector<MPI_Comm*>{&ch->data, &ch->check},
       std::chrono::steady_clock::now() + options().timeout, made, ch, where()));
   try {
+    const mpi::Waiting waiting(runtime_);  // the MPI thread spins for the creation
     made->wait();
   } catch (const TimeoutError&) {
     throw TimeoutError(where() + "mpi: the other ranks did not all make the group within " +
@@ -116,21 +117,17 @@ MpiGroup::MpiGroup(const BackendArgs& args)
 }
 
 // Note [Destroying a group] in collective.h: the collectives taken in finish first, then the
-// communicators go.
+// communicators go; the destructor waits for that for a while, not the group's whole timeout.
 MpiGroup::~MpiGroup() {
   try {
-    auto freed = std::make_shared<CompletionWork>(
-        options().timeout + std::chrono::milliseconds(1000), where());
+    const auto limit = std::min<std::chrono::milliseconds>(options().timeout, std::chrono::seconds(10));
+    auto freed = std::make_shared<CompletionWork>(limit, where());
     runtime_.submit(std::make_shared<mpi::CloseTask>(channel_, freed));
-    runtime_.waiting(1);  // the MPI thread spins for the collectives that remain
-    try {
-      freed->wait();
-    } catch (const std::exception&) {
-      // Past the timeout (a collective MPI cannot end): the task frees them when it can.
-    }
-    runtime_.waiting(-1);
+    const mpi::Waiting waiting(runtime_);  // the MPI thread spins for the collectives left
+    freed->wait();
   } catch (const std::exception&) {
-    // The process exits (no task can be queued): MPI_Finalize frees them.
+    // Past the limit (CloseTask frees them when they settle), or the process exits (no task
+    // can be queued; MPI_Finalize frees them).
   }
 }
 

@@ -15,7 +15,7 @@ constexpr std::int64_t kSegmentBytes = 1 << 20;
 // How many segments each chunk of a `bytes` all-reduce over `size` ranks moves in: enough to keep
 // each under kSegmentBytes, as far as the collective's tags allow (kRoundCollectives).
 int segments(std::int64_t bytes, int size, int tag_ub) {
-  const std::int64_t chunk = bytes / size + 1;
+  const std::int64_t chunk = (bytes + size - 1) / size;  // the largest, within an element
   const std::int64_t wanted = (chunk + kSegmentBytes - 1) / kSegmentBytes;
   const std::int64_t allowed = tag_ub / kRoundCollectives / (2 * (size - 1));
   return static_cast<int>(std::max<std::int64_t>(1, std::min(wanted, allowed)));

@@ -16,7 +16,8 @@
 //     into its place.
 // Each chunk is reduced by one rank in one order and then copied, so every rank ends with the
 // same bits (MPI's collectives promise that too).
-// Segments: a chunk over 1 MiB moves in segments of at most 1 MiB, one a round, each reduced
+// Segments: a chunk over 1 MiB moves in segments of at most 1 MiB (where MPI_TAG_UB leaves
+// tags for that many rounds: 32767, the least MPI allows, leaves 15 at 2 ranks), one a round, each reduced
 // from a scratch of one segment while it is still in cache (a chunk-sized scratch was a second
 // pass over memory, and with the system allocator a fresh mapping of half the tensor every call).
 // From 2 MiB up with DPX_MALLOC=system: 0.53-0.87x of the unsegmented ring's time

@@ -18,9 +18,10 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-// Spinning without a completion for this long makes the thread yield between polls.
+// Polling this long without a task moving makes the thread yield (a caller waits) or nap (none
+// does) between polls (Note [MPI thread], step 2).
 constexpr auto kSpin = std::chrono::microseconds(50);
-// Between polls of tasks that completed nothing for kSpin, the thread sleeps this long.
+// The nap asked for; Linux's timer slack (50 us for a normal thread) comes on top of it.
 constexpr auto kNap = std::chrono::microseconds(20);
 // How long the idle thread looks for new tasks before it sleeps.
 constexpr auto kIdleSpin = std::chrono::microseconds(100);
@@ -177,7 +178,7 @@ void Runtime::submit(std::shared_ptr<Task> task) {
 void Runtime::run() {
   auto last_done = Clock::now();
   std::uint32_t polls = 0;  // the clock is read on every 16th busy poll (a read costs a quarter of one)
-  bool napping = false;     // nothing completed for kSpin: nap between polls (step 2)
+  bool napping = false;     // nothing moved for kSpin: yield or nap between polls (step 2)
   for (;;) {
     if (in_flight_.load(std::memory_order_acquire) == 0) {
       // A thread asleep takes microseconds to wake, more than a small collective lasts: look
@@ -192,6 +193,8 @@ void Runtime::run() {
         return stop_ || !queue_.empty() || in_flight_.load(std::memory_order_acquire) != 0;
       });
       if (stop_) break;
+      last_done = Clock::now();  // work arrived: spin kSpin before any nap
+      napping = false;
     }
     std::unique_lock<std::mutex> turn(turn_, std::try_to_lock);
     if (!turn.owns_lock()) {  // a waiter makes the calls (step 4 of Note [MPI thread])
@@ -246,6 +249,7 @@ Runtime::Progress Runtime::poll_once() {
     intake_.swap(queue_);
     queued_.store(0, std::memory_order_relaxed);
   }
+  p.moved = !intake_.empty();  // new work: the thread spins a while before it naps
   for (auto& item : intake_) {
     if (item.task) {
       active_.push_back(std::move(item.task));
@@ -281,7 +285,7 @@ Runtime::Progress Runtime::poll_once() {
   }
   active_.resize(kept);
   p.finished = finished;
-  p.moved = finished || context_.moves != moves;
+  p.moved = p.moved || finished || context_.moves != moves;
   p.in_flight = !active_.empty();
   in_flight_.store(static_cast<int>(active_.size()), std::memory_order_release);
   return p;

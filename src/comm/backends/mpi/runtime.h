@@ -24,7 +24,9 @@
 //        and each round of a ring needs both ranks' threads on a core at once, so a round
 //        waited for both slices (a 16 MB bucket took 84 ms of a 95 ms backward, 3-16 ms on shm);
 //        one that naps wakes ahead of backward (the scheduler favours a thread that slept) and
-//        polls within microseconds of a peer's message (the same bucket: 11-16 ms). Measured:
+//        polls within a nap (20 us, plus the kernel's 50 us timer slack) of a peer's message (the
+//        same bucket: 11-16 ms). A task taken in counts as a move, so new work is polled
+//        continuously for kSpin first. Measured:
 //        docs/performance.md, "DDP's buckets while backward runs".
 //  3. At exit (atexit, registered once MPI is up) the thread stops and calls MPI_Finalize, which
 //     OpenMPI completes even with requests still pending (a collective a stuck peer never
@@ -116,7 +118,7 @@ class Runtime {
   // Step 4: makes the MPI calls in the thread's stead until `done` or `until`, while it is not
   // making them itself.
   void help(const std::atomic<bool>& done, std::chrono::steady_clock::time_point until);
-  // A caller starts (+1) or ends (-1) waiting for a collective (step 2: the thread then never naps).
+  // A caller starts (+1) or ends (-1) waiting for a task (step 2: the thread then never naps).
   void waiting(int delta) { waiters_.fetch_add(delta, std::memory_order_relaxed); }
 
  private:
@@ -166,6 +168,18 @@ class Runtime {
   bool stopped_ = false;
   std::condition_variable done_cv_;
   std::thread thread_;
+};
+
+// A caller waiting for a task, for as long as it lives (Runtime::waiting).
+class Waiting {
+ public:
+  explicit Waiting(Runtime& runtime) : runtime_(runtime) { runtime_.waiting(1); }
+  ~Waiting() { runtime_.waiting(-1); }
+  Waiting(const Waiting&) = delete;
+  Waiting& operator=(const Waiting&) = delete;
+
+ private:
+  Runtime& runtime_;
 };
 
 // MPI's text for an error code.

@@ -278,6 +278,7 @@ MPI_Comm create_subgroup_comm(Runtime& runtime, const std::vector<int>& members,
   const bool leading = members[0] == runtime.rank();
   runtime.submit(std::make_shared<Handshake>(members, leading, mine, timeout, what, work, out));
   // The handshake ends itself within timeout + kAnswerGrace; this bounds a stuck MPI thread.
+  const Waiting waiting(runtime);  // the MPI thread spins for it
   work->wait(timeout + kAnswerGrace + std::chrono::seconds(10));
   return out->comm;
 }
