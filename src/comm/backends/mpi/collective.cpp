@@ -23,7 +23,8 @@ std::size_t size_class(const CollectiveDescriptor& desc) {
   const std::uint64_t bytes = static_cast<std::uint64_t>(desc.numel) * item;
   // The bit width of the bytes (0 for none), at most 63.
   const std::size_t width =
-      bytes == 0 ? 0 : std::min<std::size_t>(63, 64 - static_cast<std::size_t>(__builtin_clzll(bytes)));
+      bytes == 0 ? 0
+                 : std::min<std::size_t>(63, 64 - static_cast<std::size_t>(__builtin_clzll(bytes)));
   const auto kind = static_cast<std::size_t>(desc.kind);
   TORCH_INTERNAL_ASSERT(kind < kSizeClasses / 64, "unknown collective kind ", kind);
   return kind * 64 + width;

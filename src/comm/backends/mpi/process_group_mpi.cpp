@@ -120,7 +120,8 @@ MpiGroup::MpiGroup(const BackendArgs& args)
 // communicators go; the destructor waits for that for a while, not the group's whole timeout.
 MpiGroup::~MpiGroup() {
   try {
-    const auto limit = std::min<std::chrono::milliseconds>(options().timeout, std::chrono::seconds(10));
+    const auto limit =
+        std::min<std::chrono::milliseconds>(options().timeout, std::chrono::seconds(10));
     auto freed = std::make_shared<CompletionWork>(limit, where());
     runtime_.submit(std::make_shared<mpi::CloseTask>(channel_, freed));
     const mpi::Waiting waiting(runtime_);  // the MPI thread spins for the collectives left

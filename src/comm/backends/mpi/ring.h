@@ -15,16 +15,16 @@
 //  2. In rounds p-1 .. 2p-3 the reduced chunks go round once more, each received straight
 //     into its place.
 // Each chunk is reduced by one rank in one order and then copied, so every rank ends with the
-// same bits (MPI's collectives promise that too).
-// Segments: a chunk over 1 MiB moves in segments of at most 1 MiB (where MPI_TAG_UB leaves
-// tags for that many rounds: 32767, the least MPI allows, leaves 15 at 2 ranks), one a round, each reduced
-// from a scratch of one segment while it is still in cache (a chunk-sized scratch was a second
-// pass over memory, and with the system allocator a fresh mapping of half the tensor every call).
-// From 2 MiB up with DPX_MALLOC=system: 0.53-0.87x of the unsegmented ring's time
+// same bits (MPI's collectives promise that too). Each rank sends and receives 2(p-1)/p of the
+// tensor, the least an all-reduce can.
+// Segments: a chunk over 1 MiB moves in segments of at most 1 MiB (where MPI_TAG_UB leaves tags
+// for that many rounds: 32767, the least MPI allows, leaves 15 at 2 ranks), one a round, each
+// reduced from a scratch of one segment while it is still in cache (a chunk-sized scratch was a
+// second pass over memory, and with the system allocator a fresh mapping of half the tensor
+// every call). From 2 MiB up with DPX_MALLOC=system: 0.53-0.87x of the unsegmented ring's time
 // (docs/performance.md, "The ring in segments"). Every round of a collective has a tag of its
 // own, and collectives of different sizes have different numbers of rounds, so each collective
-// owns a fixed stride of tags (kRoundCollectives in collective.h). Each rank sends and receives 2(p-1)/p of the
-// tensor, the least an all-reduce can.
+// owns a fixed stride of tags (kRoundCollectives in collective.h).
 // Each round's messages carry a tag of their own, from the collective's number and the round:
 // a rank may start the next collective's first round while its neighbour is still in this
 // one's, and messages of one tag would then match the wrong receive (MPI orders them per tag).

@@ -177,7 +177,7 @@ void Runtime::submit(std::shared_ptr<Task> task) {
 
 void Runtime::run() {
   auto last_done = Clock::now();
-  std::uint32_t polls = 0;  // the clock is read on every 16th busy poll (a read costs a quarter of one)
+  std::uint32_t polls = 0;  // the clock: every 16th busy poll (a read costs a quarter of one)
   bool napping = false;     // nothing moved for kSpin: yield or nap between polls (step 2)
   for (;;) {
     if (in_flight_.load(std::memory_order_acquire) == 0) {

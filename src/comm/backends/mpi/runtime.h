@@ -35,15 +35,15 @@
 //     for a collective the group has seen finish soon: Note [Waiting as long as it takes] in
 //     collective.h), whenever the thread is not making them (turn_, taken with try_lock:
 //     MPI_THREAD_SERIALIZED asks only that calls never overlap): it takes in what is queued and
-//     polls every task in flight, as the thread would. mpirun binds a rank to one core, which the caller and the
-//     thread then share: a small collective completes without the two context switches of a
-//     hand-over and back. What the caller leaves in flight, it wakes the thread to poll. A
-//     caller inside a blocking data step (Note [Blocking data step] in collective.h, opt-in)
-//     returns when it ends, even past its wait's timeout. (1 ms for every collective completes
-//     all-reduces of 256 KiB-1 MiB in the caller's hands, 0.95-1.00x raw MPI's time against
-//     1.04-1.18x, but on a loaded machine DDP lost up to 30% of its samples/s in some rounds
-//     (the waiter burns a core others want), and on a quiet one no gain showed: not kept,
-//     docs/performance.md.)
+//     polls every task in flight, as the thread would. mpirun binds a rank to one core, which
+//     the caller and the thread then share: a small collective completes without the two
+//     context switches of a hand-over and back. What the caller leaves in flight, it wakes the
+//     thread to poll. A caller inside a blocking data step (Note [Blocking data step] in
+//     collective.h, opt-in) returns when it ends, even past its wait's timeout. (1 ms for every
+//     collective completes all-reduces of 256 KiB-1 MiB in the caller's hands, 0.95-1.00x raw
+//     MPI's time against 1.04-1.18x, but on a loaded machine DDP lost up to 30% of its samples/s
+//     in some rounds (the waiter burns a core others want), and on a quiet one no gain showed:
+//     not kept, docs/performance.md.)
 //     (Leaving blocking steps to the thread instead kept waits on time but cost the hand-over
 //     again: 1.20-1.32x raw MPI from 64 KiB up against 0.82-1.04x, docs/performance.md.)
 #pragma once
