@@ -7,7 +7,10 @@
 #include "dpx/errors.h"
 
 #if DPX_WITH_MPI
+#include <algorithm>
 #include <climits>
+#include <mutex>
+#include <vector>
 
 #include "comm/backends/mpi/collective.h"
 #include "comm/backends/mpi/cuda_query.h"
@@ -15,19 +18,23 @@
 #include "comm/backends/mpi/direct.h"
 #include "comm/backends/mpi/ring.h"
 #include "comm/backends/mpi/runtime.h"
+#include "comm/backends/mpi/shared.h"
 #include "comm/backends/mpi/subgroup.h"
 #include "comm/coordination/consistency.h"
+#include "comm/shared_memory.h"
 #include "dpx/runtime/cuda.h"
 #include "runtime/env_read.h"
 
 namespace dpx::detail {
 namespace {
 
-class MpiGroup : public ProcessGroup {
+class MpiGroup : public ProcessGroup, public SharedMemory {
  public:
   explicit MpiGroup(const BackendArgs& args);
   ~MpiGroup() override;
   std::string backend() const override { return "mpi"; }
+  // Note [Shared buckets over MPI] in shared.h, step 1.
+  at::Tensor allocate_shared(std::size_t bytes) override;
 
  protected:
   std::shared_ptr<Work> do_allreduce(at::Tensor& tensor, const AllreduceOptions& opts) override;
@@ -41,9 +48,14 @@ class MpiGroup : public ProcessGroup {
   std::shared_ptr<Work> issue(const CollectiveDescriptor& desc, mpi::DataStep step);
   // MPI counts elements in an int.
   int count(const at::Tensor& t, const char* op) const;
+  // The shared block `tensor` lies in, and its offset there (64-byte aligned), or null.
+  std::shared_ptr<mpi::SharedBlock> find_shared(const at::Tensor& tensor, std::size_t& offset);
 
   mpi::Runtime& runtime_;
   std::shared_ptr<mpi::Channel> channel_;
+  bool shared_buckets_ = true;  // DPX_MPI_SHARED_BUCKETS
+  std::mutex mutex_;            // guards shared_
+  std::vector<std::weak_ptr<mpi::SharedBlock>> shared_;
 };
 
 MpiGroup::MpiGroup(const BackendArgs& args)
@@ -72,6 +84,7 @@ MpiGroup::MpiGroup(const BackendArgs& args)
   channel_->runtime = &runtime_;
   channel_->may_block = detail::env_int("DPX_MPI_BLOCKING", 0, 1).value_or(0) == 1;
   channel_->ring = detail::env_int("DPX_MPI_RING", 0, 1).value_or(1) == 1;
+  shared_buckets_ = detail::env_int("DPX_MPI_SHARED_BUCKETS", 0, 1).value_or(1) == 1;
   // A sub-group's own communicator first, by its members only; both are then duplicated from
   // it (or from MPI_COMM_WORLD), and it is freed.
   const MPI_Comm parent = args.members.empty() ? MPI_COMM_WORLD :
@@ -139,6 +152,50 @@ int MpiGroup::count(const at::Tensor& t, const char* op) const {
   return static_cast<int>(t.numel());
 }
 
+at::Tensor MpiGroup::allocate_shared(std::size_t bytes) {
+  if (size() == 1) return {};
+  const mpi::GatherInts gather = [this](const std::vector<std::int64_t>& mine) {
+    const auto n = static_cast<std::int64_t>(mine.size());
+    at::Tensor in = at::tensor(at::ArrayRef<std::int64_t>(mine), at::kLong);
+    at::Tensor out = at::empty({n * size()}, at::kLong);
+    allgather(out, in)->wait();
+    const std::int64_t* p = out.data_ptr<std::int64_t>();
+    return std::vector<std::int64_t>(p, p + n * size());
+  };
+  std::shared_ptr<mpi::SharedBlock> block = mpi::make_shared_block(
+      bytes, rank(), size(), runtime_.host(), shared_buckets_, gather, where());
+  if (!block) return {};
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    shared_.erase(std::remove_if(shared_.begin(), shared_.end(),
+                                 [](const auto& b) { return b.expired(); }),
+                  shared_.end());
+    shared_.push_back(block);
+  }
+  return at::from_blob(block->copy(rank()), {static_cast<std::int64_t>(bytes)},
+                       [block](void*) mutable { block.reset(); }, at::kByte);
+}
+
+std::shared_ptr<mpi::SharedBlock> MpiGroup::find_shared(const at::Tensor& tensor,
+                                                        std::size_t& offset) {
+  if (!tensor.is_cpu() || !tensor.is_contiguous() || tensor.numel() == 0) return nullptr;
+  const auto* begin = static_cast<const char*>(tensor.data_ptr());
+  const auto* end = begin + tensor.nbytes();
+  std::lock_guard<std::mutex> lock(mutex_);
+  for (const auto& weak : shared_) {
+    auto block = weak.lock();
+    if (!block) continue;
+    const char* mine = block->copy(rank());
+    if (begin >= mine && end <= mine + block->stride()) {
+      offset = static_cast<std::size_t>(begin - mine);
+      // The descriptor carries it in 64-byte lines, in an int32 (CollectiveDescriptor::root).
+      const bool fits = offset % 64 == 0 && offset / 64 <= INT_MAX;
+      return fits ? block : nullptr;
+    }
+  }
+  return nullptr;
+}
+
 std::shared_ptr<Work> MpiGroup::issue(const CollectiveDescriptor& desc, mpi::DataStep step) {
   auto work = std::make_shared<mpi::MpiWork>(channel_, desc);
   runtime_.submit(std::make_shared<mpi::Collective>(channel_, desc, std::move(step), work));
@@ -155,13 +212,20 @@ std::shared_ptr<Work> MpiGroup::do_allreduce(at::Tensor& tensor, const Allreduce
     return r ? MPI_Iallreduce(MPI_IN_PLACE, p, n, type, op, c, r)
              : MPI_Allreduce(MPI_IN_PLACE, p, n, type, op, c);
   };
-  if (channel_->ring && mpi::use_ring(tensor, size(), runtime_.tag_ub())) {
+  CollectiveDescriptor desc =
+      describe_call(CollectiveKind::kAllreduce, tensor, static_cast<int>(opts.op));
+  std::size_t offset = 0;
+  if (auto block = find_shared(tensor, offset)) {  // Note [Shared buckets over MPI], step 2
+    mpi::add_shared_allreduce(step, std::move(block), offset, tensor, type, op, rank(), size(),
+                              runtime_.tag_ub());
+    desc.shared = 1;
+    desc.root = static_cast<std::int32_t>(offset / 64);
+  } else if (channel_->ring && mpi::use_ring(tensor, size(), runtime_.tag_ub())) {
     mpi::add_ring(step, tensor, type, op, rank(), size(), runtime_.tag_ub());
   }
   // MPI has no average: a sum, then one division on the MPI thread, so every rank rounds alike.
   if (opts.op == ReduceOp::kAvg) step.finish = [t = tensor, w = size()] { t.div_(w); };
-  return issue(describe_call(CollectiveKind::kAllreduce, tensor, static_cast<int>(opts.op)),
-               std::move(step));
+  return issue(desc, std::move(step));
 }
 
 std::shared_ptr<Work> MpiGroup::do_broadcast(at::Tensor& tensor, const BroadcastOptions& opts) {

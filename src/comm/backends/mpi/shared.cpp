@@ -1,0 +1,228 @@
+// Note [Shared buckets over MPI] in shared.h.
+#if DPX_WITH_MPI
+#include "comm/backends/mpi/shared.h"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+
+#include "comm/plan/placement.h"
+#include "dpx/errors.h"
+
+namespace dpx::detail::mpi {
+namespace {
+
+constexpr std::size_t kPage = 4096;
+// The reduce and its copies go a segment a round (Note [Shared buckets over MPI], step 2).
+constexpr std::int64_t kSegmentBytes = 1 << 20;
+
+std::string mib(std::size_t bytes) { return std::to_string((bytes + (1 << 20) - 1) >> 20) + " MiB"; }
+
+// What each rank publishes in step 1, as int64 values.
+enum Field { kHost, kPidNamespace, kWanted, kPid, kFd, kFields };
+
+// Rank 0: a memory file of `total` bytes, reserved and mapped; "" or why not into `error`.
+char* create(int& fd, std::size_t total, std::string& error) {
+  fd = ::memfd_create("dpx-mpi-buckets", MFD_CLOEXEC);
+  if (fd < 0) {
+    error = std::string("memfd_create: ") + std::strerror(errno);
+    return nullptr;
+  }
+  int e = ::ftruncate(fd, static_cast<off_t>(total)) == 0 ? 0 : errno;
+  // Reserved now: else a short memory limit shows as SIGBUS inside a later all-reduce.
+  if (e == 0) e = ::posix_fallocate(fd, 0, static_cast<off_t>(total));
+  if (e != 0 && e != EOPNOTSUPP) {
+    error = "reserving " + mib(total) + ": " + std::strerror(e);
+    ::close(fd);
+    fd = -1;
+    return nullptr;
+  }
+  // MAP_POPULATE: the pages' tables now, not inside the first timed collective.
+  void* p = ::mmap(nullptr, total, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd, 0);
+  if (p == MAP_FAILED) {
+    error = std::string("mmap: ") + std::strerror(errno);
+    ::close(fd);
+    fd = -1;
+    return nullptr;
+  }
+  return static_cast<char*>(p);
+}
+
+// The others: rank 0's file through /proc; "" or why not into `error`.
+char* attach(std::int64_t pid, std::int64_t fd, std::size_t total, std::string& error) {
+  const std::string path = "/proc/" + std::to_string(pid) + "/fd/" + std::to_string(fd);
+  const int mine = ::open(path.c_str(), O_RDWR | O_CLOEXEC);
+  if (mine < 0) {
+    error = "open(" + path + "): " + std::strerror(errno);
+    return nullptr;
+  }
+  struct stat st {};
+  if (::fstat(mine, &st) != 0 || static_cast<std::size_t>(st.st_size) != total) {
+    error = path + " has " + std::to_string(st.st_size) + " bytes, expected " +
+            std::to_string(total) + " (do all ranks run the same dpx build?)";
+    ::close(mine);
+    return nullptr;
+  }
+  void* p = ::mmap(nullptr, total, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, mine, 0);
+  const int e = errno;
+  ::close(mine);
+  if (p == MAP_FAILED) {
+    error = "mmap of " + path + ": " + std::strerror(e);
+    return nullptr;
+  }
+  return static_cast<char*>(p);
+}
+
+class SharedAllreduce {
+ public:
+  SharedAllreduce(std::shared_ptr<SharedBlock> block, std::size_t offset, const at::Tensor& tensor,
+                  MPI_Datatype type, MPI_Op op, int rank, int size, int segments)
+      : block_(std::move(block)), offset_(offset), tensor_(tensor), type_(type), op_(op),
+        rank_(rank), size_(size), segments_(segments), elem_(tensor.element_size()),
+        begin_(tensor.numel() * rank / size), length_(tensor.numel() * (rank + 1) / size - begin_) {}
+
+  // Rounds 0 .. segments_ - 1 reduce and copy a segment of this rank's slice; the rest are the
+  // barrier's.
+  int round(MPI_Comm comm, int j, int tag, MPI_Request* requests) {
+    if (j < segments_) return reduce(j);
+    const int step = 1 << (j - segments_);
+    const int to = (rank_ + step) % size_;
+    const int from = ((rank_ - step) % size_ + size_) % size_;
+    int rc = MPI_Irecv(&sink_, 0, MPI_BYTE, from, tag, comm, &requests[1]);
+    if (rc != MPI_SUCCESS) return rc;
+    return MPI_Isend(&sink_, 0, MPI_BYTE, to, tag, comm, &requests[0]);
+  }
+
+ private:
+  // Rank 0's copy of the segment takes the result, summed in rank order (c0 op c1 op ...,
+  // whoever reduces it; MPI_Reduce_local's inout = in op inout, and MPI's ops commute): only
+  // this rank reads that part of any copy. Then it goes to every other copy.
+  int reduce(int s) {
+    const std::int64_t from = begin_ + length_ * s / segments_;
+    const std::int64_t to = begin_ + length_ * (s + 1) / segments_;
+    if (to == from) return MPI_SUCCESS;
+    const std::size_t at = offset_ + static_cast<std::size_t>(from) * elem_;
+    const std::size_t bytes = static_cast<std::size_t>(to - from) * elem_;
+    char* result = block_->copy(0) + at;
+    for (int q = 1; q < size_; ++q) {
+      const int rc = MPI_Reduce_local(block_->copy(q) + at, result, static_cast<int>(to - from),
+                                      type_, op_);
+      if (rc != MPI_SUCCESS) return rc;
+    }
+    for (int q = 1; q < size_; ++q) std::memcpy(block_->copy(q) + at, result, bytes);
+    return MPI_SUCCESS;
+  }
+
+  std::shared_ptr<SharedBlock> block_;
+  std::size_t offset_;
+  at::Tensor tensor_;  // kept alive (it keeps the block mapped too)
+  MPI_Datatype type_;
+  MPI_Op op_;
+  int rank_;
+  int size_;
+  int segments_;
+  std::size_t elem_;
+  std::int64_t begin_;   // this rank's slice, in elements
+  std::int64_t length_;
+  char sink_ = 0;        // the barrier's empty messages
+};
+
+}  // namespace
+
+SharedBlock::~SharedBlock() { ::munmap(base_, stride_ * static_cast<std::size_t>(size_)); }
+
+std::shared_ptr<SharedBlock> make_shared_block(std::size_t bytes, int rank, int size,
+                                               std::uint64_t host, bool wanted,
+                                               const GatherInts& gather, const std::string& where) {
+  const std::size_t stride = (std::max<std::size_t>(bytes, 1) + kPage - 1) / kPage * kPage;
+  const std::size_t total = stride * static_cast<std::size_t>(size);
+  int fd = -1;
+  char* base = nullptr;
+  std::string error;
+  if (rank == 0 && wanted) base = create(fd, total, error);
+  const auto close_fd = [&fd] {
+    if (fd >= 0) ::close(fd);
+    fd = -1;
+  };
+  std::vector<std::int64_t> mine(kFields, 0);
+  mine[kHost] = static_cast<std::int64_t>(host);
+  mine[kPidNamespace] = static_cast<std::int64_t>(std::hash<std::string>()(namespace_of("pid")));
+  mine[kWanted] = wanted ? 1 : 0;
+  mine[kPid] = ::getpid();
+  mine[kFd] = fd;  // -1 where rank 0 could not make it
+  std::vector<std::int64_t> all;
+  try {
+    all = gather(mine);
+  } catch (...) {
+    close_fd();
+    if (base) ::munmap(base, total);
+    throw;
+  }
+  bool together = true;
+  for (int r = 0; r < size; ++r) {
+    const std::int64_t* e = &all[static_cast<std::size_t>(r) * kFields];
+    together = together && e[kWanted] == 1 && e[kHost] == all[kHost] &&
+               e[kPidNamespace] == all[kPidNamespace];
+  }
+  if (!together) {  // not one host, or not wanted somewhere: private buckets on every rank
+    close_fd();
+    if (base) ::munmap(base, total);
+    return nullptr;
+  }
+  if (all[kFd] < 0) {
+    throw DistributedError(where + "mpi: rank 0 could not make " + mib(total) + " of shared "
+                           "memory for DDP's buckets (world x the model's gradient bytes)" +
+                           (error.empty() ? "" : ": " + error) + ". Free memory or raise the "
+                           "memory limit, or set DPX_MPI_SHARED_BUCKETS=0 on every rank to keep "
+                           "them private (slower).");
+  }
+  if (rank != 0) base = attach(all[kPid], all[kFd], total, error);
+  // Second exchange: whether every rank mapped it (else all raise, naming the first that could
+  // not); rank 0's file stays open until then.
+  std::vector<std::int64_t> mapped(kFields, 0);
+  mapped[0] = base ? 1 : 0;
+  std::vector<std::int64_t> every;
+  try {
+    every = gather(mapped);
+  } catch (...) {
+    close_fd();
+    if (base) ::munmap(base, total);
+    throw;
+  }
+  close_fd();
+  for (int r = 0; r < size; ++r) {
+    if (every[static_cast<std::size_t>(r) * kFields] == 1) continue;
+    if (base) ::munmap(base, total);
+    throw DistributedError(where + "mpi: rank " + std::to_string(r) + " could not map rank 0's "
+                           "shared memory for DDP's buckets" +
+                           (r == rank && !error.empty() ? " (" + error + ")" : "") +
+                           ". Ranks on one host must run as one user in one pid namespace to "
+                           "share it; else set DPX_MPI_SHARED_BUCKETS=0 on every rank.");
+  }
+  return std::make_shared<SharedBlock>(base, stride, size);
+}
+
+void add_shared_allreduce(DataStep& step, std::shared_ptr<SharedBlock> block, std::size_t offset,
+                          const at::Tensor& tensor, MPI_Datatype type, MPI_Op op, int rank,
+                          int size, int tag_ub) {
+  int barrier = 0;
+  while ((1 << barrier) < size) ++barrier;
+  const std::int64_t slice = (tensor.numel() + size - 1) / size * tensor.element_size();
+  const std::int64_t wanted = std::max<std::int64_t>(1, (slice + kSegmentBytes - 1) / kSegmentBytes);
+  const std::int64_t allowed = tag_ub / kRoundCollectives - barrier;
+  const int segments = static_cast<int>(std::max<std::int64_t>(1, std::min(wanted, allowed)));
+  auto run = std::make_shared<SharedAllreduce>(std::move(block), offset, tensor, type, op, rank,
+                                               size, segments);
+  step.rounds = segments + barrier;
+  step.round = [run](MPI_Comm comm, int k, int tag, MPI_Request* requests) {
+    return run->round(comm, k, tag, requests);
+  };
+}
+
+}  // namespace dpx::detail::mpi
+#endif  // DPX_WITH_MPI

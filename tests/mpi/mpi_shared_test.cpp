@@ -1,0 +1,125 @@
+// DDP's buckets in memory every rank of an mpi group maps (Note [Shared buckets over MPI] in
+// src/comm/backends/mpi/shared.h): all-reduces in place against the private path's bits, a
+// tensor at another place on one rank, and a rank that does not want it. One process per rank
+// under mpirun on one host, every size. (DDP on it: the conformance suite's mpi instances.)
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include <cstdlib>
+#include <vector>
+
+#include "comm/shared_memory.h"
+#include "mpi/mpi_group.h"
+
+namespace dpx::mpi_test {
+namespace {
+
+at::Tensor shared_memory(ProcessGroup& pg, std::size_t bytes) {
+  auto* shared = dynamic_cast<detail::SharedMemory*>(&pg);
+  if (shared == nullptr) return {};
+  return shared->allocate_shared(bytes);
+}
+
+// `numel` elements of `dtype` at `offset` bytes into `memory`.
+at::Tensor view(const at::Tensor& memory, std::size_t offset, std::int64_t numel,
+                at::ScalarType dtype) {
+  return at::from_blob(static_cast<char*>(memory.data_ptr()) + offset, {numel},
+                       at::TensorOptions().dtype(dtype));
+}
+
+// Every rank's values, reduced in rank order as the shared path does (x0 op x1 op ...).
+at::Tensor fold(ProcessGroup& pg, const at::Tensor& mine, ReduceOp op) {
+  at::Tensor all = at::empty({pg.size() * mine.numel()}, mine.options());
+  pg.allgather(all, mine)->wait();
+  at::Tensor acc = all.narrow(0, 0, mine.numel()).clone();
+  for (int q = 1; q < pg.size(); ++q) {
+    const at::Tensor x = all.narrow(0, q * mine.numel(), mine.numel());
+    switch (op) {
+      case ReduceOp::kSum:
+      case ReduceOp::kAvg: acc = acc + x; break;
+      case ReduceOp::kProduct: acc = acc * x; break;
+      case ReduceOp::kMin: acc = at::minimum(acc, x); break;
+      case ReduceOp::kMax: acc = at::maximum(acc, x); break;
+    }
+  }
+  if (op == ReduceOp::kAvg) acc.div_(pg.size());
+  return acc;
+}
+
+// Several all-reduces in flight at once, each in its own part of the memory, every dtype DDP's
+// buckets take and several ops, sizes whose slices cut into several 1 MiB segments at 2-4
+// ranks: each equals every rank's values reduced in rank order, bit for bit, whichever rank
+// reduced which slice.
+TEST(MpiSharedBuckets, AllreducesInPlaceInRankOrder) {
+  auto pg = mpi_group();
+  const int r = pg->rank();
+  at::Tensor memory = shared_memory(*pg, 24 << 20);
+  ASSERT_TRUE(memory.defined()) << "one host: the group should give shared memory";
+  struct Case {
+    std::int64_t numel;
+    at::ScalarType dtype;
+    ReduceOp op;
+  };
+  const std::vector<Case> cases = {
+      {1200007, at::kFloat, ReduceOp::kSum},  {3000017, at::kFloat, ReduceOp::kAvg},
+      {786431, at::kBFloat16, ReduceOp::kSum}, {400009, at::kDouble, ReduceOp::kMax},
+      {65, at::kHalf, ReduceOp::kSum},         {300007, at::kLong, ReduceOp::kMin},
+      {5, at::kFloat, ReduceOp::kProduct}};
+  std::vector<at::Tensor> in_place;
+  std::vector<at::Tensor> inputs;
+  std::vector<std::shared_ptr<Work>> works;
+  std::size_t offset = 0;
+  for (std::size_t i = 0; i < cases.size(); ++i) {
+    const Case& c = cases[i];
+    at::Tensor t = view(memory, offset, c.numel, c.dtype);
+    // Values of this rank's own, not exact in every dtype: both paths must round alike.
+    t.copy_(at::randn({c.numel}, at::TensorOptions().dtype(at::kDouble))
+                .mul_(3 + r + static_cast<int>(i)).to(c.dtype));
+    inputs.push_back(t.clone());
+    in_place.push_back(t);
+    works.push_back(pg->allreduce(t, {c.op}));
+    offset += (t.nbytes() + 63) / 64 * 64;
+  }
+  ASSERT_LE(offset, std::size_t{24} << 20);
+  for (auto& w : works) w->wait();
+  for (std::size_t i = 0; i < cases.size(); ++i) {
+    const at::Tensor expected = fold(*pg, inputs[i], cases[i].op);
+    EXPECT_TRUE(torch::equal(in_place[i], expected))
+        << "case " << i << ": " << cases[i].numel << " " << cases[i].dtype << ", max difference "
+        << (in_place[i].to(at::kDouble) - expected.to(at::kDouble)).abs().max();
+  }
+  // Every rank ends with the same bits.
+  at::Tensor first = in_place[0].clone();
+  pg->broadcast(first, {0})->wait();
+  EXPECT_TRUE(torch::equal(first, in_place[0]));
+}
+
+// Rank 0's tensor lies 64 bytes from the others': MismatchError on every rank, no bytes move,
+// and the group goes on.
+TEST(MpiSharedBuckets, ATensorAtAnotherPlaceOnOneRankIsAMismatch) {
+  auto pg = mpi_group();
+  at::Tensor memory = shared_memory(*pg, 1 << 20);
+  ASSERT_TRUE(memory.defined());
+  at::Tensor t = view(memory, pg->rank() == 0 ? 0 : 64, 1000, at::kFloat);
+  t.fill_(pg->rank() + 1);
+  EXPECT_THROW(pg->allreduce(t)->wait(), MismatchError);
+  EXPECT_TRUE(torch::equal(t, at::full({1000}, pg->rank() + 1.0f)));
+  at::Tensor u = view(memory, 128, 1000, at::kFloat);
+  u.fill_(1);
+  pg->allreduce(u)->wait();
+  EXPECT_TRUE(torch::equal(u, at::full({1000}, static_cast<float>(pg->size()))));
+}
+
+// DPX_MPI_SHARED_BUCKETS=0 on rank 0 only: no rank gets shared memory (a rank that skipped the
+// set-up alone would leave the others waiting in it).
+TEST(MpiSharedBuckets, ARankThatDoesNotWantItKeepsEveryRankPrivate) {
+  if (mpi_group()->rank() == 0) ::setenv("DPX_MPI_SHARED_BUCKETS", "0", 1);
+  auto pg = mpi_group();
+  ::unsetenv("DPX_MPI_SHARED_BUCKETS");
+  EXPECT_FALSE(shared_memory(*pg, 1 << 20).defined());
+  auto next = mpi_group();
+  EXPECT_TRUE(shared_memory(*next, 1 << 20).defined()) << "the next group's setting is its own";
+}
+
+}  // namespace
+}  // namespace dpx::mpi_test
