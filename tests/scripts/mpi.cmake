@@ -7,7 +7,7 @@ if(DPX_WITH_MPI AND DPX_MPIEXEC)
   # creations out of step (Note [MPI sub-groups]), and after the fault tests (a collective left
   # pending on one rank only) later groups of MPI_COMM_WORLD failed to form now and then (about
   # 1 run in 8 at 2 ranks, one day; most likely two creations in flight at once, since made one
-  # at a time: Note [One creation at a time] in src/comm/backends/mpi/collective.h; not seen in
+  # at a time: Note [One creation at a time] in src/comm/backends/mpi/setup.h; not seen in
   # 48 runs since, with or without that change): the fault and sub-group suites still run in
   # processes of their own, each after the rest of its own process.
   foreach(np IN ITEMS 2 3 4)

@@ -1,5 +1,5 @@
 /* Why dpx's mpi backend makes one communicator at a time (Note [One creation at a time] in
- * src/comm/backends/mpi/collective.h): plain MPI, no dpx. Each round both ranks make two
+ * src/comm/backends/mpi/setup.h): plain MPI, no dpx. Each round both ranks make two
  * duplicates of MPI_COMM_WORLD with MPI_Comm_idup, while each rank keeps a different random set
  * of its own communicators (duplicates of MPI_COMM_SELF, some freed), so the context ids the
  * ranks have free differ. "1" issues the second MPI_Comm_idup only once the first completed;

@@ -73,7 +73,7 @@ struct Context {
   bool alone = false;  // the task polled is the only one in flight, and nothing is queued
   int undecided = 0;   // collectives that published "may block" and have not yet chosen
   // The task whose communicator creation MPI has in flight (Note [One creation at a time] in
-  // collective.h), or null.
+  // setup.h), or null.
   const Task* creating = nullptr;
   bool creation_abandoned = false;  // its caller timed out (it may never complete)
   // Steps tasks completed so far (a descriptor exchange, a round of a ring): the thread naps
