@@ -90,7 +90,8 @@ void MpiWork::complete(std::exception_ptr error) {
     done_.store(true, std::memory_order_release);
   }
   if (ok) {
-    const auto us = std::chrono::duration_cast<std::chrono::microseconds>(finished_at_ - issued_at_);
+    const auto us =
+        std::chrono::duration_cast<std::chrono::microseconds>(finished_at_ - issued_at_);
     channel_->took_us[size_class_].store(
         static_cast<std::uint32_t>(std::min<std::int64_t>(us.count(), UINT32_MAX)),
         std::memory_order_relaxed);
@@ -324,7 +325,7 @@ Task::State Collective::start_round() {
       static_cast<int>(mine_.call.seq % static_cast<std::uint32_t>(kRoundCollectives)) * stride +
       round_;
   const int rc = step_.round(ch_->data, round_, tag, requests_);
-  if (rc != MPI_SUCCESS) return fail(mpi_error(rc, "a round of the ring all-reduce"));
+  if (rc != MPI_SUCCESS) return fail(mpi_error(rc, "a round of the data step"));
   at_ = Step::kData;
   return State::kBusy;
 }

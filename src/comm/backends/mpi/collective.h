@@ -90,7 +90,6 @@
 #include <vector>
 
 #include "comm/backends/mpi/runtime.h"
-#include "comm/backends/mpi/setup.h"  // SetupTask, CloseTask: process_group_mpi.cpp has them here
 #include "comm/coordination/consistency.h"
 #include "dpx/comm/work.h"
 
@@ -171,7 +170,7 @@ constexpr int kRoundCollectives = 1024;
 struct Published {
   CollectiveDescriptor call;
   std::int64_t may_block = 0;  // Note [Blocking data step], step 1
-  std::int64_t ring = 0;       // it has DataStep::round (Note [Ring all-reduce], every rank's)
+  std::int64_t ring = 0;       // it has DataStep::round (a ring, or shared memory: every rank's)
   std::uint64_t host = 0;      // Runtime::host()
 };
 

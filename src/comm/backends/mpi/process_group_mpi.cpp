@@ -18,6 +18,7 @@
 #include "comm/backends/mpi/direct.h"
 #include "comm/backends/mpi/ring.h"
 #include "comm/backends/mpi/runtime.h"
+#include "comm/backends/mpi/setup.h"
 #include "comm/backends/mpi/shared.h"
 #include "comm/backends/mpi/subgroup.h"
 #include "comm/coordination/consistency.h"
@@ -91,7 +92,7 @@ MpiGroup::MpiGroup(const BackendArgs& args)
       mpi::create_subgroup_comm(runtime_, args.members, options().timeout, where());
   // MPI_Comm_idup, not MPI_Comm_dup: a rank that never makes the group must end in a timeout
   // here, not block the MPI thread (and every other group's collectives) for ever. One at a
-  // time (Note [One creation at a time] in collective.h).
+  // time (Note [One creation at a time] in setup.h).
   const auto free_parent = [parent] {  // on the MPI thread, once both are made (or failed)
     if (parent == MPI_COMM_WORLD) return;
     MPI_Comm freed = parent;
@@ -129,7 +130,7 @@ MpiGroup::MpiGroup(const BackendArgs& args)
   });
 }
 
-// Note [Destroying a group] in collective.h: the collectives taken in finish first, then the
+// Note [Destroying a group] in setup.h: the collectives taken in finish first, then the
 // communicators go; the destructor waits for that for a while, not the group's whole timeout.
 MpiGroup::~MpiGroup() {
   try {
@@ -265,7 +266,8 @@ std::shared_ptr<Work> MpiGroup::do_reduce_scatter(at::Tensor& output, const at::
   // an output inside the input reduces from a copy.
   const auto* in_begin = static_cast<const char*>(input.data_ptr());
   const auto* out_begin = static_cast<const char*>(output.data_ptr());
-  const bool overlap = out_begin < in_begin + input.nbytes() && in_begin < out_begin + output.nbytes();
+  const bool overlap =
+      out_begin < in_begin + input.nbytes() && in_begin < out_begin + output.nbytes();
   at::Tensor source = overlap ? input.clone() : input;
   step.start = [out = output, in = source, n, type, op](MPI_Comm c, MPI_Request* r) {
     return r ? MPI_Ireduce_scatter_block(in.data_ptr(), out.data_ptr(), n, type, op, c, r)

@@ -21,7 +21,9 @@ constexpr std::size_t kPage = 4096;
 // The reduce and its copies go a segment a round (Note [Shared buckets over MPI], step 2).
 constexpr std::int64_t kSegmentBytes = 1 << 20;
 
-std::string mib(std::size_t bytes) { return std::to_string((bytes + (1 << 20) - 1) >> 20) + " MiB"; }
+std::string mib(std::size_t bytes) {
+  return std::to_string((bytes + (1 << 20) - 1) >> 20) + " MiB";
+}
 
 // What each rank publishes in step 1, as int64 values.
 enum Field { kHost, kPidNamespace, kWanted, kPid, kFd, kFields };
@@ -84,7 +86,8 @@ class SharedAllreduce {
                   MPI_Datatype type, MPI_Op op, int rank, int size, int segments)
       : block_(std::move(block)), offset_(offset), tensor_(tensor), type_(type), op_(op),
         rank_(rank), size_(size), segments_(segments), elem_(tensor.element_size()),
-        begin_(tensor.numel() * rank / size), length_(tensor.numel() * (rank + 1) / size - begin_) {}
+        begin_(tensor.numel() * rank / size),
+        length_(tensor.numel() * (rank + 1) / size - begin_) {}
 
   // Rounds 0 .. segments_ - 1 reduce and copy a segment of this rank's slice; the rest are the
   // barrier's.
@@ -213,7 +216,7 @@ void add_shared_allreduce(DataStep& step, std::shared_ptr<SharedBlock> block, st
   int barrier = 0;
   while ((1 << barrier) < size) ++barrier;
   const std::int64_t slice = (tensor.numel() + size - 1) / size * tensor.element_size();
-  const std::int64_t wanted = std::max<std::int64_t>(1, (slice + kSegmentBytes - 1) / kSegmentBytes);
+  const std::int64_t wanted = (slice + kSegmentBytes - 1) / kSegmentBytes;
   const std::int64_t allowed = tag_ub / kRoundCollectives - barrier;
   const int segments = static_cast<int>(std::max<std::int64_t>(1, std::min(wanted, allowed)));
   auto run = std::make_shared<SharedAllreduce>(std::move(block), offset, tensor, type, op, rank,

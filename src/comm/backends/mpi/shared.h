@@ -49,7 +49,8 @@ namespace dpx::detail::mpi {
 // A memory file every rank of a group maps: rank r's copy starts at base + r * stride.
 class SharedBlock {
  public:
-  SharedBlock(char* base, std::size_t stride, int size) : base_(base), stride_(stride), size_(size) {}
+  SharedBlock(char* base, std::size_t stride, int size)
+      : base_(base), stride_(stride), size_(size) {}
   ~SharedBlock();
   SharedBlock(const SharedBlock&) = delete;
   SharedBlock& operator=(const SharedBlock&) = delete;
