@@ -4,8 +4,10 @@
 // size, on one host; across the namespace hosts of mpi.two_hosts no rank may get the memory.
 // (DDP on it: the conformance suite's mpi instances.)
 #include <gtest/gtest.h>
+#include <sys/resource.h>
 #include <torch/torch.h>
 
+#include <csignal>
 #include <cstdlib>
 #include <vector>
 
@@ -132,6 +134,26 @@ TEST(MpiSharedBuckets, ATensorAtAnotherPlaceOnOneRankIsAMismatch) {
   EXPECT_TRUE(torch::equal(u, at::full({1000}, static_cast<float>(pg->size()))));
 }
 
+// Two blocks, as two DDP models make: rank 0's tensor at an offset of the first, the others' at
+// the same offset of the second. MismatchError naming both blocks, not each rank reducing
+// with another model's bucket.
+TEST(MpiSharedBuckets, TheSameOffsetInAnotherBlockIsAMismatch) {
+  auto pg = mpi_group();
+  at::Tensor first = shared_memory(*pg, 1 << 16);
+  at::Tensor second = shared_memory(*pg, 1 << 16);
+  if (!shared_where_expected(*pg, first)) return;
+  ASSERT_TRUE(second.defined());
+  at::Tensor t = view(pg->rank() == 0 ? first : second, 256, 100, at::kFloat);
+  t.fill_(pg->rank() + 1);
+  try {
+    pg->allreduce(t)->wait();
+    ADD_FAILURE() << "no MismatchError";
+  } catch (const MismatchError& e) {
+    EXPECT_NE(std::string(e.what()).find("block 2"), std::string::npos) << e.what();
+  }
+  EXPECT_TRUE(torch::equal(t, at::full({100}, pg->rank() + 1.0f)));
+}
+
 // DPX_MPI_SHARED_BUCKETS=0 on rank 0 only: no rank gets shared memory (a rank that skipped the
 // set-up alone would leave the others waiting in it).
 TEST(MpiSharedBuckets, ARankThatDoesNotWantItKeepsEveryRankPrivate) {
@@ -141,6 +163,38 @@ TEST(MpiSharedBuckets, ARankThatDoesNotWantItKeepsEveryRankPrivate) {
   EXPECT_FALSE(shared_memory(*pg, 1 << 20).defined());
   auto next = mpi_group();  // the next group's setting is its own
   shared_where_expected(*next, shared_memory(*next, 1 << 20));
+}
+
+// Rank 0 cannot make the memory: a file size limit of 1 MiB makes its memory file's sizing fail
+// (EFBIG). By default every rank then keeps private buckets, and the all-reduce still sums;
+// with DPX_MPI_SHARED_BUCKETS=1 on one rank, every rank raises the same error instead.
+TEST(MpiSharedBuckets, MemoryRankZeroCannotMakeFallsBackUnlessAskedFor) {
+  auto pg = mpi_group();
+  if (!one_host(*pg)) GTEST_SKIP() << "several hosts: no shared memory to make";
+  rlimit before{};
+  ::getrlimit(RLIMIT_FSIZE, &before);
+  auto* sigxfsz = std::signal(SIGXFSZ, SIG_IGN);  // else growing past the limit ends the process
+  if (pg->rank() == 0) {
+    rlimit small = before;
+    small.rlim_cur = 1 << 20;
+    ::setrlimit(RLIMIT_FSIZE, &small);
+  }
+  EXPECT_FALSE(shared_memory(*pg, 4 << 20).defined());
+  at::Tensor t = at::ones({1000});
+  pg->allreduce(t)->wait();
+  EXPECT_TRUE(torch::equal(t, at::full({1000}, static_cast<float>(pg->size()))));
+  if (pg->rank() == pg->size() - 1) ::setenv("DPX_MPI_SHARED_BUCKETS", "1", 1);
+  auto asked = mpi_group();
+  ::unsetenv("DPX_MPI_SHARED_BUCKETS");
+  try {
+    shared_memory(*asked, 4 << 20);
+    ADD_FAILURE() << "no error";
+  } catch (const DistributedError& e) {
+    EXPECT_NE(std::string(e.what()).find("rank 0 could not make"), std::string::npos) << e.what();
+  }
+  ::setrlimit(RLIMIT_FSIZE, &before);
+  std::signal(SIGXFSZ, sigxfsz);
+  EXPECT_TRUE(shared_memory(*asked, 4 << 20).defined()) << "the limit gone, the memory comes";
 }
 
 }  // namespace

@@ -77,7 +77,11 @@ std::string to_string(const CollectiveDescriptor& d) {
     s += std::string(" on ") + std::to_string(d.numel) + " " +
          c10::toString(static_cast<at::ScalarType>(d.dtype));
   }
-  if (d.shared) s += " in shared memory at byte " + std::to_string(64 * std::int64_t{d.root});
+  if (d.shared) {
+    // shm has one block (1); the mpi backend numbers its blocks (Note [Shared buckets over MPI]).
+    s += " in shared memory" + (d.shared > 1 ? " block " + std::to_string(d.shared) : "") +
+         " at byte " + std::to_string(64 * std::int64_t{d.root});
+  }
   return s + " as collective #" + std::to_string(d.seq);
 }
 

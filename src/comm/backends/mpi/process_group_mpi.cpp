@@ -49,14 +49,23 @@ class MpiGroup : public ProcessGroup, public SharedMemory {
   std::shared_ptr<Work> issue(const CollectiveDescriptor& desc, mpi::DataStep step);
   // MPI counts elements in an int.
   int count(const at::Tensor& t, const char* op) const;
-  // The shared block `tensor` lies in, and its offset there (64-byte aligned), or null.
-  std::shared_ptr<mpi::SharedBlock> find_shared(const at::Tensor& tensor, std::size_t& offset);
+  // The shared block `tensor` lies in, its number and its offset there (64-byte aligned), or
+  // null.
+  std::shared_ptr<mpi::SharedBlock> find_shared(const at::Tensor& tensor, std::int16_t& number,
+                                                std::size_t& offset);
 
   mpi::Runtime& runtime_;
   std::shared_ptr<mpi::Channel> channel_;
-  bool shared_buckets_ = true;  // DPX_MPI_SHARED_BUCKETS
-  std::mutex mutex_;            // guards shared_
-  std::vector<std::weak_ptr<mpi::SharedBlock>> shared_;
+  mpi::Wish shared_buckets_ = mpi::Wish::kDefault;  // DPX_MPI_SHARED_BUCKETS
+  // The blocks made so far (Note [Shared buckets over MPI]) and their numbers (1, 2, ..., alike
+  // on every rank), under mutex_.
+  struct Shared {
+    std::weak_ptr<mpi::SharedBlock> block;
+    std::int16_t number;
+  };
+  std::mutex mutex_;
+  std::vector<Shared> shared_;
+  std::int64_t blocks_ = 0;
 };
 
 MpiGroup::MpiGroup(const BackendArgs& args)
@@ -85,7 +94,9 @@ MpiGroup::MpiGroup(const BackendArgs& args)
   channel_->runtime = &runtime_;
   channel_->may_block = detail::env_int("DPX_MPI_BLOCKING", 0, 1).value_or(0) == 1;
   channel_->ring = detail::env_int("DPX_MPI_RING", 0, 1).value_or(1) == 1;
-  shared_buckets_ = detail::env_int("DPX_MPI_SHARED_BUCKETS", 0, 1).value_or(1) == 1;
+  if (auto v = detail::env_int("DPX_MPI_SHARED_BUCKETS", 0, 1)) {
+    shared_buckets_ = *v == 1 ? mpi::Wish::kRequired : mpi::Wish::kOff;
+  }
   // A sub-group's own communicator first, by its members only; both are then duplicated from
   // it (or from MPI_COMM_WORLD), and it is freed.
   const MPI_Comm parent = args.members.empty() ? MPI_COMM_WORLD :
@@ -169,25 +180,28 @@ at::Tensor MpiGroup::allocate_shared(std::size_t bytes) {
   {
     std::lock_guard<std::mutex> lock(mutex_);
     shared_.erase(std::remove_if(shared_.begin(), shared_.end(),
-                                 [](const auto& b) { return b.expired(); }),
+                                 [](const Shared& s) { return s.block.expired(); }),
                   shared_.end());
-    shared_.push_back(block);
+    // In the descriptor's int16 beside the offset, never 0 (not shared).
+    shared_.push_back({block, static_cast<std::int16_t>(1 + blocks_++ % 32767)});
   }
   return at::from_blob(block->copy(rank()), {static_cast<std::int64_t>(bytes)},
                        [block](void*) mutable { block.reset(); }, at::kByte);
 }
 
 std::shared_ptr<mpi::SharedBlock> MpiGroup::find_shared(const at::Tensor& tensor,
+                                                        std::int16_t& number,
                                                         std::size_t& offset) {
   if (!tensor.is_cpu() || !tensor.is_contiguous() || tensor.numel() == 0) return nullptr;
   const auto* begin = static_cast<const char*>(tensor.data_ptr());
   const auto* end = begin + tensor.nbytes();
   std::lock_guard<std::mutex> lock(mutex_);
-  for (const auto& weak : shared_) {
-    auto block = weak.lock();
+  for (const Shared& s : shared_) {
+    auto block = s.block.lock();
     if (!block) continue;
     const char* mine = block->copy(rank());
     if (begin >= mine && end <= mine + block->stride()) {
+      number = s.number;
       offset = static_cast<std::size_t>(begin - mine);
       // The descriptor carries it in 64-byte lines, in an int32 (CollectiveDescriptor::root).
       const bool fits = offset % 64 == 0 && offset / 64 <= INT_MAX;
@@ -215,11 +229,12 @@ std::shared_ptr<Work> MpiGroup::do_allreduce(at::Tensor& tensor, const Allreduce
   };
   CollectiveDescriptor desc =
       describe_call(CollectiveKind::kAllreduce, tensor, static_cast<int>(opts.op));
+  std::int16_t number = 0;
   std::size_t offset = 0;
-  if (auto block = find_shared(tensor, offset)) {  // Note [Shared buckets over MPI], step 2
+  if (auto block = find_shared(tensor, number, offset)) {  // Note [Shared buckets over MPI]
     mpi::add_shared_allreduce(step, std::move(block), offset, tensor, type, op, rank(), size(),
                               runtime_.tag_ub());
-    desc.shared = 1;
+    desc.shared = number;
     desc.root = static_cast<std::int32_t>(offset / 64);
   } else if (channel_->ring && mpi::use_ring(tensor, size(), runtime_.tag_ub())) {
     mpi::add_ring(step, tensor, type, op, rank(), size(), runtime_.tag_ub());

@@ -11,6 +11,8 @@
 #include <cerrno>
 #include <cstring>
 
+#include <c10/util/Exception.h>
+
 #include "comm/plan/placement.h"
 #include "dpx/errors.h"
 
@@ -18,15 +20,13 @@ namespace dpx::detail::mpi {
 namespace {
 
 constexpr std::size_t kPage = 4096;
-// The reduce and its copies go a segment a round (Note [Shared buckets over MPI], step 2).
+// The reduce and its copies go a segment a round (Note [Shared buckets over MPI], step 2): a
+// round's segments of every other rank's copy come to about this many bytes.
 constexpr std::int64_t kSegmentBytes = 1 << 20;
 
 std::string mib(std::size_t bytes) {
   return std::to_string((bytes + (1 << 20) - 1) >> 20) + " MiB";
 }
-
-// What each rank publishes in step 1, as int64 values.
-enum Field { kHost, kPidNamespace, kWanted, kPid, kFd, kFields };
 
 // Rank 0: a memory file of `total` bytes, reserved and mapped; "" or why not into `error`.
 char* create(int& fd, std::size_t total, std::string& error) {
@@ -66,7 +66,7 @@ char* attach(std::int64_t pid, std::int64_t fd, std::size_t total, std::string& 
   struct stat st {};
   if (::fstat(mine, &st) != 0 || static_cast<std::size_t>(st.st_size) != total) {
     error = path + " has " + std::to_string(st.st_size) + " bytes, expected " +
-            std::to_string(total) + " (do all ranks run the same dpx build?)";
+            std::to_string(total) + " (do all ranks build the same model?)";
     ::close(mine);
     return nullptr;
   }
@@ -102,9 +102,10 @@ class SharedAllreduce {
   }
 
  private:
-  // Rank 0's copy of the segment takes the result, summed in rank order (c0 op c1 op ...,
-  // whoever reduces it; MPI_Reduce_local's inout = in op inout, and MPI's ops commute): only
-  // this rank reads that part of any copy. Then it goes to every other copy.
+  // Rank 0's copy of the segment takes the result, reduced in rank order whoever reduces it:
+  // ((c0 op c1) op c2) ..., as MPI_Reduce_local computes inout = in op inout and MPI's ops
+  // commute (a op b is b op a, bit for bit). Only this rank reads that part of any copy. Then
+  // it goes to every other copy.
   int reduce(int s) {
     const std::int64_t from = begin_ + length_ * s / segments_;
     const std::int64_t to = begin_ + length_ * (s + 1) / segments_;
@@ -140,74 +141,69 @@ class SharedAllreduce {
 SharedBlock::~SharedBlock() { ::munmap(base_, stride_ * static_cast<std::size_t>(size_)); }
 
 std::shared_ptr<SharedBlock> make_shared_block(std::size_t bytes, int rank, int size,
-                                               std::uint64_t host, bool wanted,
+                                               std::uint64_t host, Wish wish,
                                                const GatherInts& gather, const std::string& where) {
+  // 1. Where every rank is and what it wants, before anything is made: a group across hosts
+  // (mpi's main use) must not reserve world x the gradients' bytes on rank 0 for nothing.
+  const auto pid_ns = static_cast<std::int64_t>(std::hash<std::string>()(namespace_of("pid")));
+  const std::vector<std::int64_t> all =
+      gather({static_cast<std::int64_t>(host), pid_ns, static_cast<std::int64_t>(wish)});
+  bool required = false;
+  for (int r = 0; r < size; ++r) {
+    const std::int64_t* e = &all[static_cast<std::size_t>(r) * 3];
+    if (e[0] != all[0] || e[1] != all[1] || e[2] == static_cast<std::int64_t>(Wish::kOff)) {
+      return nullptr;  // not one host, or not wanted somewhere: private buckets on every rank
+    }
+    required = required || e[2] == static_cast<std::int64_t>(Wish::kRequired);
+  }
+  // 2. Rank 0 makes it; its pid and descriptor (-1: it could not) reach the others, who map it.
   const std::size_t stride = (std::max<std::size_t>(bytes, 1) + kPage - 1) / kPage * kPage;
   const std::size_t total = stride * static_cast<std::size_t>(size);
   int fd = -1;
   char* base = nullptr;
   std::string error;
-  if (rank == 0 && wanted) base = create(fd, total, error);
-  const auto close_fd = [&fd] {
+  const auto release = [&] {
     if (fd >= 0) ::close(fd);
     fd = -1;
+    if (base) ::munmap(base, total);
+    base = nullptr;
   };
-  std::vector<std::int64_t> mine(kFields, 0);
-  mine[kHost] = static_cast<std::int64_t>(host);
-  mine[kPidNamespace] = static_cast<std::int64_t>(std::hash<std::string>()(namespace_of("pid")));
-  mine[kWanted] = wanted ? 1 : 0;
-  mine[kPid] = ::getpid();
-  mine[kFd] = fd;  // -1 where rank 0 could not make it
-  std::vector<std::int64_t> all;
+  if (rank == 0) base = create(fd, total, error);
+  std::vector<std::int64_t> mapped;
   try {
-    all = gather(mine);
+    const std::vector<std::int64_t> made = gather({::getpid(), fd});
+    if (rank != 0 && made[1] >= 0) base = attach(made[0], made[1], total, error);
+    // 3. Whether every rank mapped it; rank 0's file stays open until then.
+    mapped = gather({base ? 1 : 0});
   } catch (...) {
-    close_fd();
-    if (base) ::munmap(base, total);
+    release();
     throw;
   }
-  bool together = true;
-  for (int r = 0; r < size; ++r) {
-    const std::int64_t* e = &all[static_cast<std::size_t>(r) * kFields];
-    together = together && e[kWanted] == 1 && e[kHost] == all[kHost] &&
-               e[kPidNamespace] == all[kPidNamespace];
+  if (fd >= 0) ::close(fd);
+  fd = -1;
+  const auto failed = std::find(mapped.begin(), mapped.end(), 0);
+  if (failed == mapped.end()) return std::make_shared<SharedBlock>(base, stride, size);
+  release();
+  const int who = static_cast<int>(failed - mapped.begin());
+  const std::string what =
+      who == 0 && rank != 0 ? "rank 0 could not make " + mib(total) + " of shared memory" :
+                              "rank " + std::to_string(who) + " could not " +
+                                  (who == 0 ? "make " + mib(total) + " of" : "map rank 0's") +
+                                  " shared memory";
+  const std::string why = who == rank && !error.empty() ? " (" + error + ")" : "";
+  if (required) {
+    throw DistributedError(where + "mpi: " + what + " for DDP's buckets (world x the model's "
+                           "gradient bytes)" + why + ", and DPX_MPI_SHARED_BUCKETS=1 asks for "
+                           "it. Free memory or raise the memory limit; ranks on one host must "
+                           "run as one user in one pid namespace to share it; or unset "
+                           "DPX_MPI_SHARED_BUCKETS to let DDP keep its buckets private.");
   }
-  if (!together) {  // not one host, or not wanted somewhere: private buckets on every rank
-    close_fd();
-    if (base) ::munmap(base, total);
-    return nullptr;
+  if (rank == who || rank == 0) {
+    TORCH_WARN(where, "mpi: ", what, " for DDP's buckets", why, "; every rank keeps its buckets "
+               "private (slower: the all-reduce copies through MPI). DPX_MPI_SHARED_BUCKETS=1 "
+               "makes this an error, 0 skips the attempt.");
   }
-  if (all[kFd] < 0) {
-    throw DistributedError(where + "mpi: rank 0 could not make " + mib(total) + " of shared "
-                           "memory for DDP's buckets (world x the model's gradient bytes)" +
-                           (error.empty() ? "" : ": " + error) + ". Free memory or raise the "
-                           "memory limit, or set DPX_MPI_SHARED_BUCKETS=0 on every rank to keep "
-                           "them private (slower).");
-  }
-  if (rank != 0) base = attach(all[kPid], all[kFd], total, error);
-  // Second exchange: whether every rank mapped it (else all raise, naming the first that could
-  // not); rank 0's file stays open until then.
-  std::vector<std::int64_t> mapped(kFields, 0);
-  mapped[0] = base ? 1 : 0;
-  std::vector<std::int64_t> every;
-  try {
-    every = gather(mapped);
-  } catch (...) {
-    close_fd();
-    if (base) ::munmap(base, total);
-    throw;
-  }
-  close_fd();
-  for (int r = 0; r < size; ++r) {
-    if (every[static_cast<std::size_t>(r) * kFields] == 1) continue;
-    if (base) ::munmap(base, total);
-    throw DistributedError(where + "mpi: rank " + std::to_string(r) + " could not map rank 0's "
-                           "shared memory for DDP's buckets" +
-                           (r == rank && !error.empty() ? " (" + error + ")" : "") +
-                           ". Ranks on one host must run as one user in one pid namespace to "
-                           "share it; else set DPX_MPI_SHARED_BUCKETS=0 on every rank.");
-  }
-  return std::make_shared<SharedBlock>(base, stride, size);
+  return nullptr;
 }
 
 void add_shared_allreduce(DataStep& step, std::shared_ptr<SharedBlock> block, std::size_t offset,
@@ -215,8 +211,9 @@ void add_shared_allreduce(DataStep& step, std::shared_ptr<SharedBlock> block, st
                           int size, int tag_ub) {
   int barrier = 0;
   while ((1 << barrier) < size) ++barrier;
+  // A round reads and writes a segment of every other rank's copy: about kSegmentBytes in all.
   const std::int64_t slice = (tensor.numel() + size - 1) / size * tensor.element_size();
-  const std::int64_t wanted = (slice + kSegmentBytes - 1) / kSegmentBytes;
+  const std::int64_t wanted = (slice * (size - 1) + kSegmentBytes - 1) / kSegmentBytes;
   const std::int64_t allowed = tag_ub / kRoundCollectives - barrier;
   const int segments = static_cast<int>(std::max<std::int64_t>(1, std::min(wanted, allowed)));
   auto run = std::make_shared<SharedAllreduce>(std::move(block), offset, tensor, type, op, rank,
