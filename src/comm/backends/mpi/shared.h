@@ -23,16 +23,17 @@
 //     on it goes. Every rank numbers the blocks it got in order, alike (all get one or none).
 //  2. An all-reduce of a tensor lying in that memory (found by address; the block's number and
 //     the offset, in 64-byte lines, are in the descriptor, so a rank whose tensor lies
-//     elsewhere, in another block too, raises MismatchError)
-//     is a data step of rounds (DataStep::round) on the MPI thread. The descriptors' exchange
-//     comes first (Note [MPI collective steps], step 1): every rank has issued the all-reduce,
-//     so its bucket is written. Then rank r reduces slice r of the tensor, reading every rank's
-//     copy in place into rank 0's (in rank order: MPI_Reduce_local with the collective's
-//     MPI_Op, so every dtype and op the ring takes), and copies the result into every other
-//     rank's copy: one round per segment (about 1 MiB of all the copies together), with no
-//     message, so the thread polls other collectives between them. Last, a dissemination barrier (ceil(log2 size) rounds of one empty message to rank
-//     r + 2^i and one from r - 2^i): once it completes, every rank has written its slice into
-//     this rank's copy and read what it needed from it, and the Work completes.
+//     elsewhere, in another block too, raises MismatchError) is a data step of rounds
+//     (DataStep::round) on the MPI thread. The descriptors' exchange comes first
+//     (Note [MPI collective steps], step 1): every rank has issued the all-reduce, so its
+//     bucket is written. Then rank r reduces slice r of the tensor, reading every rank's copy in
+//     place into rank 0's (in rank order: MPI_Reduce_local with the collective's MPI_Op, so
+//     every dtype and op the ring takes), and copies the result into every other rank's copy:
+//     one round per segment (about 1 MiB of all the copies together), with no message, so the
+//     thread polls other collectives between them. Last, a dissemination barrier
+//     (ceil(log2 size) rounds of one empty message to rank r + 2^i and one from r - 2^i): once
+//     it completes, every rank has written its slice into this rank's copy and read what it
+//     needed from it, and the Work completes.
 // Each slice is reduced by one rank and copied, so every rank ends with the same bits. A rank
 // that dies or stops in the middle leaves its peers in the barrier until the group's timeout,
 // as in the ring. With DPX_MPI_BLOCKING=1 and every rank idle, the data step is MPI's blocking
