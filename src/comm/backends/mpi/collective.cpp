@@ -17,6 +17,26 @@ constexpr std::uint32_t kLongestSpin = 250;  // us
 
 }  // namespace
 
+// Note [Group epochs].
+namespace {
+int round_epochs(int tag_ub) {
+  return tag_ub / (kRoundCollectives * kRoundEpochs) >= 64 ? kRoundEpochs : 1;
+}
+}  // namespace
+
+int round_stride(int tag_ub) { return tag_ub / (kRoundCollectives * round_epochs(tag_ub)); }
+
+int check_tag(std::uint32_t epoch, std::uint32_t seq, int tag_ub) {
+  const auto epochs = static_cast<std::uint32_t>((static_cast<std::int64_t>(tag_ub) + 1) >> 15);
+  return static_cast<int>((epoch % std::max(epochs, 1U)) << 15 | (seq & 32767U));
+}
+
+int round_tag(std::uint32_t epoch, std::uint32_t seq, int round, int tag_ub) {
+  const auto slot = (epoch % static_cast<std::uint32_t>(round_epochs(tag_ub))) * kRoundCollectives +
+                    seq % static_cast<std::uint32_t>(kRoundCollectives);
+  return static_cast<int>(slot) * round_stride(tag_ub) + round;
+}
+
 std::size_t size_class(const CollectiveDescriptor& desc) {
   const auto item = static_cast<std::uint64_t>(
       c10::elementSize(static_cast<at::ScalarType>(desc.dtype)));
@@ -190,9 +210,9 @@ int Collective::start_check() {
                           checks_.data());
   }
   all_[ch_->rank] = mine_;
-  // The collective's number as the tag (MPI_TAG_UB is at least 32767): matching does not rest
-  // on the order in which the MPI thread and a helping waiter posted them.
-  const int tag = static_cast<int>(mine_.call.seq & 32767U);
+  // The collective's number in the tag: matching does not rest on the order in which the MPI
+  // thread and a helping waiter posted them (and the epoch: Note [Group epochs]).
+  const int tag = check_tag(ch_->epoch, mine_.call.seq, ch_->runtime->tag_ub());
   checks_.assign(2 * (ch_->size - 1), MPI_REQUEST_NULL);
   MPI_Request* next = checks_.data();
   for (int r = 0; r < ch_->size; ++r) {
@@ -318,12 +338,10 @@ Task::State Collective::advance(Context& context) {
 // of segments), and kRoundCollectives, a power of two, keeps the tags unbroken when the uint32
 // numbers wrap.
 Task::State Collective::start_round() {
-  const int stride = ch_->runtime->tag_ub() / kRoundCollectives;
-  TORCH_INTERNAL_ASSERT(step_.rounds <= stride, "a ring of ", step_.rounds, " rounds exceeds its ",
-                        stride, " tags");
-  const int tag =
-      static_cast<int>(mine_.call.seq % static_cast<std::uint32_t>(kRoundCollectives)) * stride +
-      round_;
+  const int stride = round_stride(ch_->runtime->tag_ub());
+  TORCH_INTERNAL_ASSERT(step_.rounds <= stride, "a data step of ", step_.rounds,
+                        " rounds exceeds its ", stride, " tags");
+  const int tag = round_tag(ch_->epoch, mine_.call.seq, round_, ch_->runtime->tag_ub());
   const int rc = step_.round(ch_->data, round_, tag, requests_);
   if (rc != MPI_SUCCESS) return fail(mpi_error(rc, "a round of the data step"));
   at_ = Step::kData;

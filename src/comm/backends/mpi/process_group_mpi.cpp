@@ -112,7 +112,7 @@ MpiGroup::MpiGroup(const BackendArgs& args)
   auto ch = channel_;
   auto made = std::make_shared<CompletionWork>(options().timeout, where());
   runtime_.submit(std::make_shared<mpi::SetupTask>(
-      parent, std::vector<MPI_Comm*>{&ch->data, &ch->check},
+      parent, std::vector<MPI_Comm*>{&ch->data, &ch->check}, &ch->epoch,
       std::chrono::steady_clock::now() + options().timeout, made, ch, where()));
   try {
     const mpi::Waiting waiting(runtime_);  // the MPI thread spins for the creation

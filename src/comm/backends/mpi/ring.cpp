@@ -13,11 +13,11 @@ namespace {
 constexpr std::int64_t kSegmentBytes = 1 << 20;
 
 // How many segments each chunk of a `bytes` all-reduce over `size` ranks moves in: enough to keep
-// each under kSegmentBytes, as far as the collective's tags allow (kRoundCollectives).
+// each under kSegmentBytes, as far as the collective's tags allow (round_stride).
 int segments(std::int64_t bytes, int size, int tag_ub) {
   const std::int64_t chunk = (bytes + size - 1) / size;  // the largest, within an element
   const std::int64_t wanted = (chunk + kSegmentBytes - 1) / kSegmentBytes;
-  const std::int64_t allowed = tag_ub / kRoundCollectives / (2 * (size - 1));
+  const std::int64_t allowed = round_stride(tag_ub) / (2 * (size - 1));
   return static_cast<int>(std::max<std::int64_t>(1, std::min(wanted, allowed)));
 }
 
@@ -90,7 +90,7 @@ class Ring {
 bool use_ring(const at::Tensor& tensor, int size, int tag_ub) {
   const std::int64_t least = size == 2 ? kRingBytesTwoRanks : kRingChunkBytes * size;
   return size > 1 && tensor.is_cpu() && static_cast<std::int64_t>(tensor.nbytes()) >= least &&
-         tag_ub / kRoundCollectives >= 2 * (size - 1);
+         round_stride(tag_ub) >= 2 * (size - 1);
 }
 
 void add_ring(DataStep& step, const at::Tensor& tensor, MPI_Datatype type, MPI_Op op, int rank,

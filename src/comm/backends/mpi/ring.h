@@ -24,7 +24,7 @@
 // every call). From 2 MiB up with DPX_MALLOC=system: 0.53-0.87x of the unsegmented ring's time
 // (docs/performance.md, "The ring in segments"). Every round of a collective has a tag of its
 // own, and collectives of different sizes have different numbers of rounds, so each collective
-// owns a fixed stride of tags (kRoundCollectives in collective.h).
+// owns a fixed stride of tags (round_stride in collective.h).
 // Each round's messages carry a tag of their own, from the collective's number and the round:
 // a rank may start the next collective's first round while its neighbour is still in this
 // one's, and messages of one tag would then match the wrong receive (MPI orders them per tag).

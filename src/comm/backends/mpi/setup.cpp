@@ -2,6 +2,8 @@
 #if DPX_WITH_MPI
 #include "comm/backends/mpi/setup.h"
 
+#include <algorithm>
+
 #include "comm/backends/mpi/collective.h"
 #include "dpx/errors.h"
 
@@ -54,8 +56,22 @@ Task::State SetupTask::poll(Context& context) {
   // The caller gave up: issue nothing more.
   if (answered_) return finish(context);
   if (next_ == outs_.size()) {
-    answer(nullptr);
-    return finish(context);
+    if (agreeing_) {  // Note [Group epochs] in collective.h
+      context.epochs = std::max(context.epochs, *epoch_);
+      answer(nullptr);
+      return finish(context);
+    }
+    agreeing_ = true;
+    proposed_ = context.epochs + 1;
+    const int rc = MPI_Iallreduce(&proposed_, epoch_, 1, MPI_UINT32_T, MPI_MAX, *outs_.back(),
+                                  &request_);
+    if (rc != MPI_SUCCESS) {
+      request_ = MPI_REQUEST_NULL;
+      answer(std::make_exception_ptr(DistributedError(
+          where_ + "mpi: agreeing on the group's epoch failed: " + error_string(rc))));
+      return finish(context);
+    }
+    return State::kBusy;
   }
   if (context.creating != nullptr && context.creating != this) {
     // Another group's creation first. One whose caller gave up may never complete: say so at

@@ -69,17 +69,19 @@ class CloseTask : public Task {
 // so, where they would otherwise time out blaming their peers (end the job after a set-up
 // timeout, as docs/backends.md says).
 
-// A set-up step: duplicates `parent` into each of `outs`, one at a time, and completes `work`
-// (CompletionWork), or lingers past `deadline` while MPI still owns one. `target` owns what MPI
+// A set-up step: duplicates `parent` into each of `outs`, one at a time, then agrees with the
+// other members on the group's `epoch` over the last of them (Note [Group epochs] in
+// collective.h), and completes `work` (CompletionWork), or lingers past `deadline` while MPI
+// still owns a request. `target` owns what MPI
 // writes into when they complete (the channel whose communicators these are): kept alive until
 // then, even when the caller gave up on the group. `where` starts errors.
 class SetupTask : public Task {
  public:
-  SetupTask(MPI_Comm parent, std::vector<MPI_Comm*> outs,
+  SetupTask(MPI_Comm parent, std::vector<MPI_Comm*> outs, std::uint32_t* epoch,
             std::chrono::steady_clock::time_point deadline, std::shared_ptr<CompletionWork> work,
             std::shared_ptr<void> target, std::string where)
-      : parent_(parent), outs_(std::move(outs)), deadline_(deadline), work_(std::move(work)),
-        target_(std::move(target)), where_(std::move(where)) {}
+      : parent_(parent), outs_(std::move(outs)), epoch_(epoch), deadline_(deadline),
+        work_(std::move(work)), target_(std::move(target)), where_(std::move(where)) {}
   State poll(Context& context) override;
 
  private:
@@ -91,6 +93,9 @@ class SetupTask : public Task {
   MPI_Comm parent_;
   std::vector<MPI_Comm*> outs_;
   std::size_t next_ = 0;  // the next of outs_ to issue
+  std::uint32_t* epoch_;   // into the target
+  std::uint32_t proposed_ = 0;
+  bool agreeing_ = false;  // the epoch's all-reduce was issued
   MPI_Request request_ = MPI_REQUEST_NULL;
   std::chrono::steady_clock::time_point deadline_;
   std::shared_ptr<CompletionWork> work_;

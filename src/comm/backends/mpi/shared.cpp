@@ -214,7 +214,7 @@ void add_shared_allreduce(DataStep& step, std::shared_ptr<SharedBlock> block, st
   // A round reads and writes a segment of every other rank's copy: about kSegmentBytes in all.
   const std::int64_t slice = (tensor.numel() + size - 1) / size * tensor.element_size();
   const std::int64_t wanted = (slice * (size - 1) + kSegmentBytes - 1) / kSegmentBytes;
-  const std::int64_t allowed = tag_ub / kRoundCollectives - barrier;
+  const std::int64_t allowed = round_stride(tag_ub) - barrier;
   const int segments = static_cast<int>(std::max<std::int64_t>(1, std::min(wanted, allowed)));
   auto run = std::make_shared<SharedAllreduce>(std::move(block), offset, tensor, type, op, rank,
                                                size, segments);
