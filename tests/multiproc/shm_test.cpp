@@ -280,9 +280,14 @@ TEST(ShmBackend, SharedMemoryAtDifferentPlacesIsAMismatch) {
     };
     // Rank 1 would read rank 0's memory at the wrong place: both are told instead.
     auto shifted = memory.view(at::kFloat).narrow(0, rank == 0 ? 0 : 16, n);
-    expect_mismatch(shifted, rank == 0 ? "in shared memory at byte 64" : "at byte 0");
+    expect_mismatch(shifted, rank == 0 ? "in shared memory block 1 at byte 64" : "at byte 0");
     auto mixed = rank == 0 ? memory.view(at::kFloat).narrow(0, 0, n) : at::ones({n});
-    expect_mismatch(mixed, "in shared memory at byte 0");
+    expect_mismatch(mixed, "in shared memory block 1 at byte 0");
+    // A second block, as a second DDP model makes: the same offset in another block would sum
+    // two models' buckets.
+    at::Tensor other = dynamic_cast<detail::SharedMemory&>(*pg).allocate_shared(1 << 20);
+    auto apart = (rank == 0 ? memory : other).view(at::kFloat).narrow(0, 0, n);
+    expect_mismatch(apart, rank == 0 ? "block 2 at byte 0" : "block 1 at byte 0");
     auto same = memory.view(at::kFloat).narrow(0, 0, n).fill_(rank + 1);
     pg->allreduce(same)->wait();
     EXPECT_TRUE(same.equal(at::full({n}, 3.0f)));

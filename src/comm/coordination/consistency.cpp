@@ -78,8 +78,8 @@ std::string to_string(const CollectiveDescriptor& d) {
          c10::toString(static_cast<at::ScalarType>(d.dtype));
   }
   if (d.shared) {
-    // shm has one block (1); the mpi backend numbers its blocks (Note [Shared buckets over MPI]).
-    s += " in shared memory" + (d.shared > 1 ? " block " + std::to_string(d.shared) : "") +
+    // The block's number (SharedBlocks in comm/shared_memory.h), then the offset.
+    s += " in shared memory block " + std::to_string(d.shared) +
          " at byte " + std::to_string(64 * std::int64_t{d.root});
   }
   return s + " as collective #" + std::to_string(d.seq);

@@ -43,7 +43,7 @@ struct CollectiveDescriptor {
   CollectiveKind kind = CollectiveKind::kBarrier;
   std::int16_t dtype = 0;      // at::ScalarType of the input
   std::int16_t reduce_op = 0;  // dpx::ReduceOp of a reduction
-  std::int16_t shared = 0;     // 1: an all-reduce in place in shared memory (Note [Shared buckets])
+  std::int16_t shared = 0;     // a shared all-reduce's block number (SharedBlocks), else 0
   std::int32_t root = 0;   // of a broadcast; of a shared all-reduce, its offset in 64-byte lines
   std::int64_t numel = 0;  // of the input
 };

@@ -2,7 +2,6 @@
 #if DPX_WITH_MPI
 #include "comm/backends/mpi/collective.h"
 
-
 #include <algorithm>
 #include <iterator>
 
@@ -16,26 +15,6 @@ constexpr std::chrono::microseconds kWaitSpin(50);
 constexpr std::uint32_t kLongestSpin = 250;  // us
 
 }  // namespace
-
-// Note [Group epochs].
-namespace {
-int round_epochs(int tag_ub) {
-  return tag_ub / (kRoundCollectives * kRoundEpochs) >= 64 ? kRoundEpochs : 1;
-}
-}  // namespace
-
-int round_stride(int tag_ub) { return tag_ub / (kRoundCollectives * round_epochs(tag_ub)); }
-
-int check_tag(std::uint32_t epoch, std::uint32_t seq, int tag_ub) {
-  const auto epochs = static_cast<std::uint32_t>((static_cast<std::int64_t>(tag_ub) + 1) >> 15);
-  return static_cast<int>((epoch % std::max(epochs, 1U)) << 15 | (seq & 32767U));
-}
-
-int round_tag(std::uint32_t epoch, std::uint32_t seq, int round, int tag_ub) {
-  const auto slot = (epoch % static_cast<std::uint32_t>(round_epochs(tag_ub))) * kRoundCollectives +
-                    seq % static_cast<std::uint32_t>(kRoundCollectives);
-  return static_cast<int>(slot) * round_stride(tag_ub) + round;
-}
 
 std::size_t size_class(const CollectiveDescriptor& desc) {
   const auto item = static_cast<std::uint64_t>(
@@ -176,8 +155,9 @@ bool Collective::past_deadline() {
 
 Task::State Collective::take_in(Context& context) {
   if (auto failed = ch_->failure()) return fail(failed);
-  // Freed only once all it took in settled, and nothing comes after (Note [Destroying a group]).
-  TORCH_INTERNAL_ASSERT(!ch_->closed, "a collective reached a destroyed mpi group");
+  // Freed (MPI_COMM_NULL) only once all it took in settled, and nothing comes after it
+  // (Note [Destroying a group]).
+  TORCH_INTERNAL_ASSERT(ch_->data != MPI_COMM_NULL, "a collective reached a destroyed group");
   mine_.call.seq = ch_->taken++;
   numbered_ = true;
   work_->number(mine_.call.seq);
@@ -211,7 +191,7 @@ int Collective::start_check() {
   }
   all_[ch_->rank] = mine_;
   // The collective's number in the tag: matching does not rest on the order in which the MPI
-  // thread and a helping waiter posted them (and the epoch: Note [Group epochs]).
+  // thread and a helping waiter posted them (and the epoch: Note [Group epochs] in tags.h).
   const int tag = check_tag(ch_->epoch, mine_.call.seq, ch_->runtime->tag_ub());
   checks_.assign(2 * (ch_->size - 1), MPI_REQUEST_NULL);
   MPI_Request* next = checks_.data();

@@ -9,7 +9,7 @@
 #if DPX_WITH_MPI
 #include <algorithm>
 #include <climits>
-#include <mutex>
+#include <limits>
 #include <vector>
 
 #include "comm/backends/mpi/collective.h"
@@ -49,23 +49,12 @@ class MpiGroup : public ProcessGroup, public SharedMemory {
   std::shared_ptr<Work> issue(const CollectiveDescriptor& desc, mpi::DataStep step);
   // MPI counts elements in an int.
   int count(const at::Tensor& t, const char* op) const;
-  // The shared block `tensor` lies in, its number and its offset there (64-byte aligned), or
-  // null.
-  std::shared_ptr<mpi::SharedBlock> find_shared(const at::Tensor& tensor, std::int16_t& number,
-                                                std::size_t& offset);
 
   mpi::Runtime& runtime_;
   std::shared_ptr<mpi::Channel> channel_;
   mpi::Wish shared_buckets_ = mpi::Wish::kDefault;  // DPX_MPI_SHARED_BUCKETS
-  // The blocks made so far (Note [Shared buckets over MPI]) and their numbers (1, 2, ..., alike
-  // on every rank), under mutex_.
-  struct Shared {
-    std::weak_ptr<mpi::SharedBlock> block;
-    std::int16_t number;
-  };
-  std::mutex mutex_;
-  std::vector<Shared> shared_;
-  std::int64_t blocks_ = 0;
+  // The blocks made so far (Note [Shared buckets over MPI]), numbered in the descriptor's int16.
+  SharedBlocks<mpi::SharedBlock> shared_{std::numeric_limits<std::int16_t>::max()};
 };
 
 MpiGroup::MpiGroup(const BackendArgs& args)
@@ -133,12 +122,8 @@ MpiGroup::MpiGroup(const BackendArgs& args)
     });
     throw;
   }
-  // MPI's default handler aborts the job on an error; errors are dpx's exceptions instead.
-  runtime_.call([&] {
-    MPI_Comm_set_errhandler(ch->data, MPI_ERRORS_RETURN);
-    MPI_Comm_set_errhandler(ch->check, MPI_ERRORS_RETURN);
-    free_parent();
-  });
+  // SetupTask gave both communicators MPI_ERRORS_RETURN as they were made.
+  runtime_.call(free_parent);
 }
 
 // Note [Destroying a group] in setup.h: the collectives taken in finish first, then the
@@ -177,38 +162,9 @@ at::Tensor MpiGroup::allocate_shared(std::size_t bytes) {
   std::shared_ptr<mpi::SharedBlock> block = mpi::make_shared_block(
       bytes, rank(), size(), runtime_.host(), shared_buckets_, gather, where());
   if (!block) return {};
-  {
-    std::lock_guard<std::mutex> lock(mutex_);
-    shared_.erase(std::remove_if(shared_.begin(), shared_.end(),
-                                 [](const Shared& s) { return s.block.expired(); }),
-                  shared_.end());
-    // In the descriptor's int16 beside the offset, never 0 (not shared).
-    shared_.push_back({block, static_cast<std::int16_t>(1 + blocks_++ % 32767)});
-  }
+  shared_.add(block, block->copy(rank()), block->stride());
   return at::from_blob(block->copy(rank()), {static_cast<std::int64_t>(bytes)},
                        [block](void*) mutable { block.reset(); }, at::kByte);
-}
-
-std::shared_ptr<mpi::SharedBlock> MpiGroup::find_shared(const at::Tensor& tensor,
-                                                        std::int16_t& number,
-                                                        std::size_t& offset) {
-  if (!tensor.is_cpu() || !tensor.is_contiguous() || tensor.numel() == 0) return nullptr;
-  const auto* begin = static_cast<const char*>(tensor.data_ptr());
-  const auto* end = begin + tensor.nbytes();
-  std::lock_guard<std::mutex> lock(mutex_);
-  for (const Shared& s : shared_) {
-    auto block = s.block.lock();
-    if (!block) continue;
-    const char* mine = block->copy(rank());
-    if (begin >= mine && end <= mine + block->stride()) {
-      number = s.number;
-      offset = static_cast<std::size_t>(begin - mine);
-      // The descriptor carries it in 64-byte lines, in an int32 (CollectiveDescriptor::root).
-      const bool fits = offset % 64 == 0 && offset / 64 <= INT_MAX;
-      return fits ? block : nullptr;
-    }
-  }
-  return nullptr;
 }
 
 std::shared_ptr<Work> MpiGroup::issue(const CollectiveDescriptor& desc, mpi::DataStep step) {
@@ -229,13 +185,11 @@ std::shared_ptr<Work> MpiGroup::do_allreduce(at::Tensor& tensor, const Allreduce
   };
   CollectiveDescriptor desc =
       describe_call(CollectiveKind::kAllreduce, tensor, static_cast<int>(opts.op));
-  std::int16_t number = 0;
-  std::size_t offset = 0;
-  if (auto block = find_shared(tensor, number, offset)) {  // Note [Shared buckets over MPI]
-    mpi::add_shared_allreduce(step, std::move(block), offset, tensor, type, op, rank(), size(),
-                              runtime_.tag_ub());
-    desc.shared = number;
-    desc.root = static_cast<std::int32_t>(offset / 64);
+  if (auto found = shared_.find(tensor); found.block) {  // Note [Shared buckets over MPI]
+    mpi::add_shared_allreduce(step, std::move(found.block), found.offset, tensor, type, op,
+                              rank(), size(), runtime_.tag_ub());
+    desc.shared = found.number;
+    desc.root = static_cast<std::int32_t>(found.offset / 64);
   } else if (channel_->ring && mpi::use_ring(tensor, size(), runtime_.tag_ub())) {
     mpi::add_ring(step, tensor, type, op, rank(), size(), runtime_.tag_ub());
   }

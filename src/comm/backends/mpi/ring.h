@@ -24,7 +24,7 @@
 // every call). From 2 MiB up with DPX_MALLOC=system: 0.53-0.87x of the unsegmented ring's time
 // (docs/performance.md, "The ring in segments"). Every round of a collective has a tag of its
 // own, and collectives of different sizes have different numbers of rounds, so each collective
-// owns a fixed stride of tags (round_stride in collective.h).
+// owns a fixed stride of tags (round_stride in tags.h).
 // Each round's messages carry a tag of their own, from the collective's number and the round:
 // a rank may start the next collective's first round while its neighbour is still in this
 // one's, and messages of one tag would then match the wrong receive (MPI orders them per tag).
@@ -56,8 +56,8 @@ constexpr std::int64_t kRingBytesTwoRanks = 4 * 1024;
 constexpr std::int64_t kRingChunkBytes = 32 * 1024;
 
 // Whether an all-reduce of `tensor` in a group of `size` ranks runs as a ring: a CPU tensor of
-// the sizes above, with MPI_TAG_UB (`tag_ub`) leaving room for the tags of 1024 collectives in
-// flight together.
+// the sizes above, with MPI_TAG_UB (`tag_ub`) leaving room for its rounds' tags (round_stride,
+// Note [Group epochs] in tags.h).
 bool use_ring(const at::Tensor& tensor, int size, int tag_ub);
 
 // Sets `step`'s rounds to the ring's, all-reducing `tensor` (contiguous) by `op`; `tag_ub` bounds

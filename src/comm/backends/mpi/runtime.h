@@ -79,7 +79,7 @@ struct Context {
   // Steps tasks completed so far (a descriptor exchange, a round of a ring): the thread naps
   // between polls only while nothing moves (Note [MPI thread], step 2).
   std::uint64_t moves = 0;
-  // The largest epoch of the groups this process made (Note [Group epochs] in collective.h).
+  // The largest epoch of the groups this process made (Note [Group epochs] in tags.h).
   std::uint32_t epochs = 0;
 };
 

@@ -12,7 +12,6 @@ namespace dpx::detail::mpi {
 // Note [Destroying a group] in setup.h.
 Task::State CloseTask::poll(Context& /*context*/) {
   if (ch_->settled != ch_->taken) return State::kBusy;
-  ch_->closed = true;
   MPI_Comm_free(&ch_->data);
   MPI_Comm_free(&ch_->check);
   work_->complete(nullptr);
@@ -52,12 +51,20 @@ Task::State SetupTask::poll(Context& context) {
       }
       return answered_ ? State::kLingering : State::kBusy;
     }
+    if (agreeing_) {
+      // Recorded even when the caller gave up: the other members may have taken this epoch,
+      // so this process must not propose it again (Note [Group epochs] in tags.h).
+      context.epochs = std::max(context.epochs, *epoch_);
+    } else {
+      // MPI's default handler aborts the job on an error; errors are dpx's exceptions instead,
+      // from the group's first call on (the epoch's all-reduce included).
+      MPI_Comm_set_errhandler(*outs_[next_ - 1], MPI_ERRORS_RETURN);
+    }
   }
   // The caller gave up: issue nothing more.
   if (answered_) return finish(context);
   if (next_ == outs_.size()) {
-    if (agreeing_) {  // Note [Group epochs] in collective.h
-      context.epochs = std::max(context.epochs, *epoch_);
+    if (agreeing_) {
       answer(nullptr);
       return finish(context);
     }

@@ -69,12 +69,12 @@ class CloseTask : public Task {
 // so, where they would otherwise time out blaming their peers (end the job after a set-up
 // timeout, as docs/backends.md says).
 
-// A set-up step: duplicates `parent` into each of `outs`, one at a time, then agrees with the
-// other members on the group's `epoch` over the last of them (Note [Group epochs] in
-// collective.h), and completes `work` (CompletionWork), or lingers past `deadline` while MPI
-// still owns a request. `target` owns what MPI
-// writes into when they complete (the channel whose communicators these are): kept alive until
-// then, even when the caller gave up on the group. `where` starts errors.
+// A set-up step: duplicates `parent` into each of `outs`, one at a time, each returning MPI's
+// errors rather than aborting, then agrees with the other members on the group's `epoch` over
+// the last of them (Note [Group epochs] in tags.h), and completes `work` (CompletionWork), or
+// lingers past `deadline` while MPI still owns a request. `target` owns what MPI writes into
+// when they complete (the channel whose communicators these are): kept alive until then, even
+// when the caller gave up on the group. `where` starts errors.
 class SetupTask : public Task {
  public:
   SetupTask(MPI_Comm parent, std::vector<MPI_Comm*> outs, std::uint32_t* epoch,

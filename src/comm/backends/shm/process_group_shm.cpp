@@ -260,36 +260,11 @@ at::Tensor ShmGroup::allocate_shared(std::size_t bytes) {
               "them private (slower).";
   o.timeout = options().timeout;
   std::shared_ptr<shm::Segment> segment = shm::Segment::open(*store_, rank(), size(), o, where());
-  {
-    std::lock_guard<std::mutex> lock(mutex_);
-    shared_.erase(std::remove_if(shared_.begin(), shared_.end(),
-                                 [](const auto& s) { return s.expired(); }),
-                  shared_.end());
-    shared_.push_back(segment);
-  }
   char* mine = segment->slot(rank(), 0);
+  shared_.add(segment, mine, segment->slot_bytes());
   return at::from_blob(mine, {static_cast<std::int64_t>(bytes)},
                        [segment](void*) mutable { segment.reset(); },
                        at::kByte);
-}
-
-std::shared_ptr<shm::Segment> ShmGroup::find_shared(const at::Tensor& tensor,
-                                                    std::size_t& offset) {
-  if (!tensor.is_contiguous() || tensor.numel() == 0) return nullptr;
-  const auto* begin = static_cast<const char*>(tensor.data_ptr());
-  const auto* end = begin + tensor.numel() * tensor.element_size();
-  std::lock_guard<std::mutex> lock(mutex_);
-  for (const auto& weak : shared_) {
-    auto segment = weak.lock();
-    if (!segment) continue;
-    const char* part = segment->slot(rank(), 0);
-    if (begin >= part && end <= part + segment->slot_bytes()) {
-      offset = static_cast<std::size_t>(begin - part);
-      const bool fits = offset % 64 == 0 && offset / 64 <= std::numeric_limits<std::int32_t>::max();
-      return fits ? segment : nullptr;
-    }
-  }
-  return nullptr;
 }
 
 void ShmGroup::run_body(Task& task) {
@@ -316,10 +291,12 @@ std::shared_ptr<Work> ShmGroup::do_allreduce(at::Tensor& tensor, const Allreduce
   task.a = tensor;
   task.op = opts.op;
   const bool large = tensor.numel() * tensor.element_size() > algorithm_options_.small_bytes;
-  if (large) task.shared = find_shared(tensor, task.offset);
-  if (task.shared) {
-    task.desc.shared = 1;
-    task.desc.root = static_cast<std::int32_t>(task.offset / 64);
+  if (auto found = large ? shared_.find(tensor) : SharedBlocks<shm::Segment>::Found{};
+      found.block) {  // Note [Shared buckets]
+    task.shared = std::move(found.block);
+    task.offset = found.offset;
+    task.desc.shared = found.number;
+    task.desc.root = static_cast<std::int32_t>(found.offset / 64);
   }
   return enqueue(std::move(task));
 }

@@ -139,9 +139,6 @@ class ShmGroup : public ProcessGroup,
   bool claim(Task& task);  // a waiting caller takes the next collective unless one is running
   void release();          // after running a claimed one
   void execute(Task& task);
-  // The shared segment `tensor` lies in (whole, contiguous, 64-byte aligned) and its offset in
-  // this rank's part; null where it lies elsewhere.
-  std::shared_ptr<shm::Segment> find_shared(const at::Tensor& tensor, std::size_t& offset);
 
   // Kept for the group's life: on rank 0 it may host the TCP store the other ranks still use.
   std::shared_ptr<Store> store_;
@@ -150,7 +147,8 @@ class ShmGroup : public ProcessGroup,
   std::unique_ptr<shm::Channel> channel_;
   shm::AlgorithmOptions algorithm_options_;
   bool shared_buckets_ = true;  // DPX_SHM_SHARED_BUCKETS
-  std::vector<std::weak_ptr<shm::Segment>> shared_;  // under mutex_
+  // The segments allocate_shared made, numbered in the control line's int8 (LineDescriptor).
+  SharedBlocks<shm::Segment> shared_{127};
   std::exception_ptr broken_;  // the error that made the group unusable; worker thread only
 
   std::mutex mutex_;
