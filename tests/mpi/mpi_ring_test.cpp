@@ -90,9 +90,47 @@ TEST(MpiRing, RanksThatDisagreeAboutTheRingAllTakeMpisAllreduce) {
   auto pg = mpi_group(milliseconds(5000));
   ::unsetenv("DPX_MPI_RING");
   for (int i = 0; i < 3; ++i) {
-    auto t = mine(pg->rank(), 40009, i + 1);
-    pg->allreduce(t)->wait();
-    EXPECT_TRUE(torch::equal(t, sum(pg->size(), 40009, i + 1)));
+    // A ring's size, and a pair exchange's at 2 ranks (Note [Pair exchange] in ring.h).
+    for (std::int64_t n : {40009, 5003}) {
+      auto t = mine(pg->rank(), n, i + 1);
+      pg->allreduce(t)->wait();
+      EXPECT_TRUE(torch::equal(t, sum(pg->size(), n, i + 1))) << n;
+    }
+  }
+}
+
+// From 8 KiB to below 128 KiB a sum at 2 ranks is one exchange (Note [Pair exchange] in
+// ring.h): many in flight, each size at the edges and between, sums and averages, float32,
+// float64 and bfloat16, every rank with the same bits (at 3 and 4 ranks these take the other
+// paths, checked alike).
+TEST(MpiRing, PairExchangesInFlightSumAndAverageExactly) {
+  auto pg = mpi_group();
+  const int w = pg->size();
+  struct Case {
+    at::Tensor t;
+    at::Tensor expected;
+    std::shared_ptr<Work> work;
+  };
+  std::vector<Case> cases;
+  int scale = 1;
+  for (std::int64_t bytes : {8 * 1024, 8 * 1024 + 8, 40000, 128 * 1024 - 8, 128 * 1024}) {
+    for (const auto dtype : {at::kFloat, at::kDouble, at::kBFloat16}) {
+      for (const auto op : {ReduceOp::kSum, ReduceOp::kAvg}) {
+        const std::int64_t n = bytes / c10::elementSize(dtype);
+        Case c;
+        c.t = mine(pg->rank(), n, scale).to(dtype);
+        c.expected = sum(w, n, scale).to(dtype);
+        if (op == ReduceOp::kAvg) c.expected.div_(w);
+        c.work = pg->allreduce(c.t, {op});
+        cases.push_back(std::move(c));
+        scale = scale % 7 + 1;
+      }
+    }
+  }
+  for (std::size_t i = 0; i < cases.size(); ++i) {
+    cases[i].work->wait();
+    EXPECT_TRUE(torch::equal(cases[i].t, cases[i].expected))
+        << "case " << i << ": " << cases[i].t.numel() << " " << cases[i].t.scalar_type();
   }
 }
 

@@ -190,11 +190,18 @@ std::shared_ptr<Work> MpiGroup::do_allreduce(at::Tensor& tensor, const Allreduce
                               rank(), size(), runtime_.tag_ub());
     desc.shared = found.number;
     desc.root = static_cast<std::int32_t>(found.offset / 64);
+  } else if (channel_->ring && mpi::use_pair(tensor, size(), opts.op)) {
+    mpi::add_pair(step, tensor, type, op, rank());  // Note [Pair exchange] in ring.h
   } else if (channel_->ring && mpi::use_ring(tensor, size(), runtime_.tag_ub())) {
     mpi::add_ring(step, tensor, type, op, rank(), size(), runtime_.tag_ub());
   }
   // MPI has no average: a sum, then one division on the MPI thread, so every rank rounds alike.
-  if (opts.op == ReduceOp::kAvg) step.finish = [t = tensor, w = size()] { t.div_(w); };
+  if (opts.op == ReduceOp::kAvg) {
+    step.finish = [sum = std::move(step.finish), t = tensor, w = size()] {
+      if (sum) sum();
+      t.div_(w);
+    };
+  }
   return issue(desc, std::move(step));
 }
 

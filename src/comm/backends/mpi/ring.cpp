@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <memory>
 
+#include "dpx/errors.h"
+
 namespace dpx::detail::mpi {
 namespace {
 
@@ -85,7 +87,58 @@ class Ring {
   at::Tensor scratch_;  // one segment from the left neighbour (step 1)
 };
 
+// Note [Pair exchange] in ring.h.
+class Pair {
+ public:
+  Pair(const at::Tensor& tensor, MPI_Datatype type, MPI_Op op, int rank)
+      : tensor_(tensor), type_(type), op_(op), peer_(1 - rank),
+        scratch_(at::empty_like(tensor)) {}
+
+  int round(MPI_Comm comm, int tag, MPI_Request* requests) {
+    const int count = static_cast<int>(tensor_.numel());
+    int rc = MPI_Irecv(scratch_.data_ptr(), count, type_, peer_, tag, comm, &requests[1]);
+    if (rc != MPI_SUCCESS) return rc;
+    rc = MPI_Isend(tensor_.data_ptr(), count, type_, peer_, tag, comm, &requests[0]);
+    exchanged_ = rc == MPI_SUCCESS;
+    return rc;
+  }
+
+  // After the round: the peer's tensor into this one. Nothing where the ranks ran MPI's own
+  // collective instead (a rank with DPX_MPI_RING=0: Note [Ring all-reduce]).
+  void sum() const {
+    if (!exchanged_) return;
+    const int rc = MPI_Reduce_local(scratch_.data_ptr(), tensor_.data_ptr(),
+                                    static_cast<int>(tensor_.numel()), type_, op_);
+    if (rc != MPI_SUCCESS) throw DistributedError("mpi: MPI_Reduce_local failed: " +
+                                                  error_string(rc));
+  }
+
+ private:
+  at::Tensor tensor_;
+  MPI_Datatype type_;
+  MPI_Op op_;
+  int peer_;
+  at::Tensor scratch_;  // the peer's tensor
+  bool exchanged_ = false;
+};
+
 }  // namespace
+
+bool use_pair(const at::Tensor& tensor, int size, ReduceOp op) {
+  const auto bytes = static_cast<std::int64_t>(tensor.nbytes());
+  return size == 2 && tensor.is_cpu() && (op == ReduceOp::kSum || op == ReduceOp::kAvg) &&
+         bytes >= kPairBytesFrom && bytes < kPairBytesBelow;
+}
+
+void add_pair(DataStep& step, const at::Tensor& tensor, MPI_Datatype type, MPI_Op mpi_op,
+              int rank) {
+  auto pair = std::make_shared<Pair>(tensor, type, mpi_op, rank);
+  step.rounds = 1;
+  step.round = [pair](MPI_Comm comm, int /*k*/, int tag, MPI_Request* requests) {
+    return pair->round(comm, tag, requests);
+  };
+  step.finish = [pair] { pair->sum(); };
+}
 
 bool use_ring(const at::Tensor& tensor, int size, int tag_ub) {
   const std::int64_t least = size == 2 ? kRingBytesTwoRanks : kRingChunkBytes * size;

@@ -35,9 +35,22 @@
 // enough for bandwidth to rule (kRingChunkBytes). With 2 ranks the ring takes two rounds where
 // MPI's recursive doubling takes one, and still beat libnbc from 4 KiB up on one host (1.46x
 // against 3.68x raw MPI_Allreduce's time at 4 KiB, 1.14x against 1.63x at 16 KiB;
-// docs/performance.md). With more ranks this machine (2 cores) could only run them
+// docs/performance.md); a 2-rank sum from 8 KiB to below 128 KiB now takes one round instead
+// (Note [Pair exchange]). With more ranks this machine (2 cores) could only run them
 // oversubscribed, where times swung 10x between runs, so the per-chunk bound there is a
 // conservative choice, not a measured crossover.
+//
+// Note [Pair exchange]
+// With 2 ranks the ring's two rounds move the same bytes as one exchange of the whole tensor,
+// at twice the latency: below kPairBytesBelow a sum is one round instead. Each rank sends its
+// tensor and receives the peer's into a scratch buffer (MPI_Isend, MPI_Irecv), then adds it into
+// its own (MPI_Reduce_local; MPI's recursive doubling does the same at 2 ranks). Both ranks add
+// the same two numbers, and IEEE addition is commutative bit for bit, so they end with the same
+// bits; max and min are not (NaN against a number gives either, by operand order), so only SUM
+// and AVG take this path. Measured against the ring on one host, OpenMPI 4.1's shared-memory
+// transport: 0.63-0.66x its time at 8 KiB, 0.74x at 16 KiB, 0.93x at 64 KiB, 0.96-0.98x at
+// 96 KiB, about even at 128 KiB (docs/performance.md, "Pair exchange"). Below 8 KiB the ring's
+// halves go as eager messages and the pair's whole tensor does not: the ring stays there.
 #pragma once
 
 #include <ATen/ATen.h>
@@ -47,6 +60,7 @@
 #include <cstdint>
 
 #include "comm/backends/mpi/collective.h"
+#include "dpx/comm/types.h"
 
 namespace dpx::detail::mpi {
 
@@ -54,6 +68,16 @@ namespace dpx::detail::mpi {
 // where each rank's chunk is kRingChunkBytes or more with more ranks.
 constexpr std::int64_t kRingBytesTwoRanks = 4 * 1024;
 constexpr std::int64_t kRingChunkBytes = 32 * 1024;
+
+// Note [Pair exchange]: from kPairBytesFrom to below kPairBytesBelow with 2 ranks.
+constexpr std::int64_t kPairBytesFrom = 8 * 1024;
+constexpr std::int64_t kPairBytesBelow = 128 * 1024;
+
+// Whether an all-reduce of `tensor` by `op` in a group of `size` ranks is a pair exchange, and
+// sets `step`'s one round and its finish (the sum) to it (Note [Pair exchange]).
+bool use_pair(const at::Tensor& tensor, int size, ReduceOp op);
+void add_pair(DataStep& step, const at::Tensor& tensor, MPI_Datatype type, MPI_Op mpi_op,
+              int rank);
 
 // Whether an all-reduce of `tensor` in a group of `size` ranks runs as a ring: a CPU tensor of
 // the sizes above, with MPI_TAG_UB (`tag_ub`) leaving room for its rounds' tags (round_stride,
