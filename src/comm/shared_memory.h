@@ -13,7 +13,8 @@
 // summed in rank order as before, so results are bitwise those of the copying path. Ranks must
 // lay their buckets out alike (DDP's are, by construction); the block's number and the offset are
 // part of the collective's descriptor (SharedBlocks), so a rank whose tensor lies elsewhere fails
-// with MismatchError rather than reading the wrong bytes. DPX_SHM_SHARED_BUCKETS=0 keeps the buckets private (the copying path).
+// with MismatchError rather than reading the wrong bytes. DPX_SHM_SHARED_BUCKETS=0 keeps the
+// buckets private (the copying path).
 #pragma once
 
 #include <ATen/ATen.h>

@@ -69,7 +69,7 @@ namespace dpx::detail::mpi {
 constexpr std::int64_t kRingBytesTwoRanks = 4 * 1024;
 constexpr std::int64_t kRingChunkBytes = 32 * 1024;
 
-// Note [Pair exchange]: from kPairBytesFrom to below kPairBytesBelow with 2 ranks.
+// From kPairBytesFrom to below kPairBytesBelow with 2 ranks (Note [Pair exchange]).
 constexpr std::int64_t kPairBytesFrom = 8 * 1024;
 constexpr std::int64_t kPairBytesBelow = 128 * 1024;
 
