@@ -48,6 +48,26 @@ TEST_F(MpiBlocking, TwoGroupsInOppositeOrders) {
   }
 }
 
+// Sizes a 2-rank group sums in one exchange when it does not block (Note [Pair exchange] in
+// src/comm/backends/mpi/ring.h) run MPI's blocking all-reduce here, with nothing added after it:
+// each sum exact, averages too, with values that change from call to call.
+TEST_F(MpiBlocking, PairExchangeSizesTakeTheBlockingAllreduceAlone) {
+  auto pg = mpi_group(milliseconds(5000));
+  const int w = pg->size();
+  for (int i = 1; i <= 4; ++i) {
+    for (std::int64_t n : {2048, 10000, 32767}) {
+      auto t = at::full({n}, 1000.0 * i * (pg->rank() + 1), at::kFloat);
+      pg->allreduce(t)->wait();
+      EXPECT_TRUE(torch::equal(t, at::full({n}, 1000.0 * i * w * (w + 1) / 2, at::kFloat)))
+          << n << ", call " << i;
+      auto a = at::full({n}, 2.0 * i * (pg->rank() + 1), at::kDouble);
+      pg->allreduce(a, {ReduceOp::kAvg})->wait();
+      EXPECT_TRUE(torch::equal(a, at::full({n}, 1.0 * i * (w + 1), at::kDouble)))
+          << n << ", call " << i;
+    }
+  }
+}
+
 // A collective in flight while every rank makes a sub-group of all ranks (the same order on
 // every rank): the sub-group's MPI_Comm_create_group waits until that collective has chosen
 // (Note [MPI sub-groups], step 1), so no rank makes it while a peer blocks in the collective.

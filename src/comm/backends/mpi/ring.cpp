@@ -91,11 +91,11 @@ class Ring {
 class Pair {
  public:
   Pair(const at::Tensor& tensor, MPI_Datatype type, MPI_Op op, int rank)
-      : tensor_(tensor), type_(type), op_(op), peer_(1 - rank),
-        scratch_(at::empty_like(tensor)) {}
+      : tensor_(tensor), type_(type), op_(op), peer_(1 - rank) {}
 
   int round(MPI_Comm comm, int tag, MPI_Request* requests) {
     const int count = static_cast<int>(tensor_.numel());
+    scratch_ = at::empty_like(tensor_);  // here: a step that blocks never needs it
     int rc = MPI_Irecv(scratch_.data_ptr(), count, type_, peer_, tag, comm, &requests[1]);
     if (rc != MPI_SUCCESS) return rc;
     rc = MPI_Isend(tensor_.data_ptr(), count, type_, peer_, tag, comm, &requests[0]);
@@ -118,7 +118,7 @@ class Pair {
   MPI_Datatype type_;
   MPI_Op op_;
   int peer_;
-  at::Tensor scratch_;  // the peer's tensor
+  at::Tensor scratch_;  // the peer's tensor, once the round started
   bool exchanged_ = false;
 };
 

@@ -44,13 +44,17 @@
 // With 2 ranks the ring's two rounds move the same bytes as one exchange of the whole tensor,
 // at twice the latency: below kPairBytesBelow a sum is one round instead. Each rank sends its
 // tensor and receives the peer's into a scratch buffer (MPI_Isend, MPI_Irecv), then adds it into
-// its own (MPI_Reduce_local; MPI's recursive doubling does the same at 2 ranks). Both ranks add
-// the same two numbers, and IEEE addition is commutative bit for bit, so they end with the same
-// bits; max and min are not (NaN against a number gives either, by operand order), so only SUM
-// and AVG take this path. Measured against the ring on one host, OpenMPI 4.1's shared-memory
-// transport: 0.63-0.66x its time at 8 KiB, 0.74x at 16 KiB, 0.93x at 64 KiB, 0.96-0.98x at
-// 96 KiB, about even at 128 KiB (docs/performance.md, "Pair exchange"). Below 8 KiB the ring's
-// halves go as eager messages and the pair's whole tensor does not: the ring stays there.
+// its own (MPI_Reduce_local). The ranks add the same two numbers in opposite operand order;
+// IEEE addition gives the same result either way, so both ranks hold the same values, and the
+// same bits except where both operands are NaN (x86 then keeps the first operand's NaN: a NaN's
+// sign or payload can differ between the ranks; both hold a NaN). Max and min differ by operand
+// order for a NaN against a number, so only SUM and AVG take this path. Ordering the operands
+// by rank instead would cost one rank a copy of the tensor, about what the saved round gains.
+// Measured against the ring in raw MPI on one host, OpenMPI 4.1's shared-memory transport
+// (bench/mpi/pair_mpi.cpp): 0.63-0.66x its time at 8 KiB, 0.76x at 16 KiB, 0.94x at 64 KiB,
+// 0.98-0.99x at 96 KiB, 0.95-1.00x at 128 KiB (docs/performance.md, "The pair exchange"). Below
+// 8 KiB the ring's halves go as eager messages and the pair's whole tensor does not: the ring
+// stays there.
 #pragma once
 
 #include <ATen/ATen.h>
