@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <limits>
 #include <set>
+#include <string>
 #include <unordered_set>
 
 #include "comm/backends/mpi/tags.h"
