@@ -322,7 +322,12 @@ Task::State Collective::start_round() {
   TORCH_INTERNAL_ASSERT(step_.rounds <= stride, "a data step of ", step_.rounds,
                         " rounds exceeds its ", stride, " tags");
   const int tag = round_tag(ch_->epoch, mine_.call.seq, round_, ch_->runtime->tag_ub());
-  const int rc = step_.round(ch_->data, round_, tag, requests_);
+  int rc = MPI_SUCCESS;
+  try {  // a round may allocate (a pair's scratch); it throws before it posts anything
+    rc = step_.round(ch_->data, round_, tag, requests_);
+  } catch (...) {
+    return fail(std::current_exception());
+  }
   if (rc != MPI_SUCCESS) return fail(mpi_error(rc, "a round of the data step"));
   at_ = Step::kData;
   return State::kBusy;

@@ -98,15 +98,16 @@ class Pair {
     scratch_ = at::empty_like(tensor_);  // here: a step that blocks never needs it
     int rc = MPI_Irecv(scratch_.data_ptr(), count, type_, peer_, tag, comm, &requests[1]);
     if (rc != MPI_SUCCESS) return rc;
-    rc = MPI_Isend(tensor_.data_ptr(), count, type_, peer_, tag, comm, &requests[0]);
-    exchanged_ = rc == MPI_SUCCESS;
-    return rc;
+    return MPI_Isend(tensor_.data_ptr(), count, type_, peer_, tag, comm, &requests[0]);
   }
 
   // After the round: the peer's tensor into this one. Nothing where the ranks ran MPI's own
-  // collective instead (a rank with DPX_MPI_RING=0: Note [Ring all-reduce]).
+  // collective instead (a rank with DPX_MPI_RING=0: Note [Ring all-reduce]), so no round ran (a
+  // round that failed fails the collective before this).
   void sum() const {
-    if (!exchanged_) return;
+    if (!scratch_.defined()) return;
+    // MPI_Reduce_local belongs to no communicator: its errors go to MPI_COMM_WORLD's handler
+    // (MPI_COMM_SELF's under MPI-4), which aborts unless the program made it return them.
     const int rc = MPI_Reduce_local(scratch_.data_ptr(), tensor_.data_ptr(),
                                     static_cast<int>(tensor_.numel()), type_, op_);
     if (rc != MPI_SUCCESS) throw DistributedError("mpi: MPI_Reduce_local failed: " +
@@ -119,7 +120,6 @@ class Pair {
   MPI_Op op_;
   int peer_;
   at::Tensor scratch_;  // the peer's tensor, once the round started
-  bool exchanged_ = false;
 };
 
 }  // namespace

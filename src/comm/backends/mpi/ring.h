@@ -48,8 +48,10 @@
 // IEEE addition gives the same result either way, so both ranks hold the same values, and the
 // same bits except where both operands are NaN (x86 then keeps the first operand's NaN: a NaN's
 // sign or payload can differ between the ranks; both hold a NaN). Max and min differ by operand
-// order for a NaN against a number, so only SUM and AVG take this path. Ordering the operands
-// by rank instead would cost one rank a copy of the tensor, about what the saved round gains.
+// order for a NaN against a number, so only SUM and AVG take this path (a product's rounding
+// does not depend on operand order either, but its gain was not measured: it keeps the ring).
+// Ordering the operands by rank instead would cost one rank a copy of the tensor, about what the
+// saved round gains.
 // Measured against the ring in raw MPI on one host, OpenMPI 4.1's shared-memory transport
 // (bench/mpi/pair_mpi.cpp): 0.63-0.66x its time at 8 KiB, 0.76x at 16 KiB, 0.94x at 64 KiB,
 // 0.98-0.99x at 96 KiB, 0.95-1.00x at 128 KiB (docs/performance.md, "The pair exchange"). Below
