@@ -55,7 +55,7 @@ TEST_F(MpiBlocking, PairExchangeSizesTakeTheBlockingAllreduceAlone) {
   auto pg = mpi_group(milliseconds(5000));
   const int w = pg->size();
   for (int i = 1; i <= 4; ++i) {
-    for (std::int64_t n : {2048, 10000, 32767}) {
+    for (std::int64_t n : {100, 2048, 10000, 32767}) {
       auto t = at::full({n}, 1000.0 * i * (pg->rank() + 1), at::kFloat);
       pg->allreduce(t)->wait();
       EXPECT_TRUE(torch::equal(t, at::full({n}, 1000.0 * i * w * (w + 1) / 2, at::kFloat)))

@@ -90,8 +90,8 @@ TEST(MpiRing, RanksThatDisagreeAboutTheRingAllTakeMpisAllreduce) {
   auto pg = mpi_group(milliseconds(5000));
   ::unsetenv("DPX_MPI_RING");
   for (int i = 0; i < 3; ++i) {
-    // A ring's size, and a pair exchange's at 2 ranks (Note [Pair exchange] in ring.h).
-    for (std::int64_t n : {40009, 5003}) {
+    // A ring's size, and two of a pair exchange's at 2 ranks (Note [Pair exchange] in ring.h).
+    for (std::int64_t n : {40009, 5003, 101}) {
       auto t = mine(pg->rank(), n, i + 1);
       pg->allreduce(t)->wait();
       EXPECT_TRUE(torch::equal(t, sum(pg->size(), n, i + 1))) << n;
@@ -99,10 +99,10 @@ TEST(MpiRing, RanksThatDisagreeAboutTheRingAllTakeMpisAllreduce) {
   }
 }
 
-// From 8 KiB to below 128 KiB a sum at 2 ranks is one exchange (Note [Pair exchange] in
-// ring.h): many in flight, each size at the edges and between, sums and averages, float32,
-// float64 and bfloat16, every rank with the same bits (at 3 and 4 ranks these take the other
-// paths, checked alike).
+// From 8 KiB to below 128 KiB, and up to 2 KiB, a sum at 2 ranks is one exchange
+// (Note [Pair exchange] in ring.h): many in flight, each size at the edges and between, sums and
+// averages, float32, float64 and bfloat16, every rank with the same bits (at 3 and 4 ranks these
+// take the other paths, checked alike).
 TEST(MpiRing, PairExchangesInFlightSumAndAverageExactly) {
   auto pg = mpi_group();
   const int w = pg->size();
@@ -113,7 +113,8 @@ TEST(MpiRing, PairExchangesInFlightSumAndAverageExactly) {
   };
   std::vector<Case> cases;
   int scale = 1;
-  for (std::int64_t bytes : {8 * 1024, 8 * 1024 + 8, 40000, 128 * 1024 - 8, 128 * 1024}) {
+  for (std::int64_t bytes :
+       {8, 1000, 2048, 2056, 8 * 1024 - 8, 8 * 1024, 40000, 128 * 1024 - 8, 128 * 1024}) {
     for (const auto dtype : {at::kFloat, at::kDouble, at::kBFloat16}) {
       for (const auto op : {ReduceOp::kSum, ReduceOp::kAvg}) {
         const std::int64_t n = bytes / c10::elementSize(dtype);

@@ -69,9 +69,11 @@ std::string label(at::ScalarType dtype, ReduceOp op) {
 TEST(MpiCollectives, AllreduceEveryDtypeAndOp) {
   auto pg = mpi_group();
   EXPECT_EQ(pg->backend(), "mpi");
-  // 5003: sums and averages of every dtype from 8 KiB up take the pair exchange at 2 ranks
-  // (Note [Pair exchange]).
-  for (std::int64_t n : {1003, 5003, 80021}) {
+  // At 2 ranks sums and averages take the pair exchange (Note [Pair exchange]) at 5003 for
+  // every dtype (8 KiB up), at 257 for 2- and 4-byte ones (2 KiB and less; MPI's own
+  // all-reduce for 8-byte ones), and at 1003 for 2-byte ones (4- and 8-byte ones: MPI's own, and
+  // the ring).
+  for (std::int64_t n : {257, 1003, 5003, 80021}) {
     for (auto dtype : kDtypes) {
       for (auto op : kOps) {
         if (!applies(op, dtype)) continue;

@@ -18,6 +18,7 @@
 #include "comm/backends/mpi/direct.h"
 #include "comm/backends/mpi/ring.h"
 #include "comm/backends/mpi/runtime.h"
+#include "comm/backends/mpi/scratch.h"
 #include "comm/backends/mpi/setup.h"
 #include "comm/backends/mpi/shared.h"
 #include "comm/backends/mpi/subgroup.h"
@@ -52,6 +53,8 @@ class MpiGroup : public ProcessGroup, public SharedMemory {
 
   mpi::Runtime& runtime_;
   std::shared_ptr<mpi::Channel> channel_;
+  // The ring's and the pair's scratch buffers, reused (Note [Scratch reuse] in scratch.h).
+  std::shared_ptr<mpi::ScratchPool> scratch_ = std::make_shared<mpi::ScratchPool>();
   mpi::Wish shared_buckets_ = mpi::Wish::kDefault;  // DPX_MPI_SHARED_BUCKETS
   // The blocks made so far (Note [Shared buckets over MPI]), numbered in the descriptor's int16.
   SharedBlocks<mpi::SharedBlock> shared_{std::numeric_limits<std::int16_t>::max()};
@@ -191,9 +194,9 @@ std::shared_ptr<Work> MpiGroup::do_allreduce(at::Tensor& tensor, const Allreduce
     desc.shared = found.number;
     desc.root = static_cast<std::int32_t>(found.offset / 64);
   } else if (channel_->ring && mpi::use_pair(tensor, size(), opts.op)) {
-    mpi::add_pair(step, tensor, type, op, rank());  // Note [Pair exchange] in ring.h
+    mpi::add_pair(step, tensor, type, op, rank(), scratch_);  // Note [Pair exchange] in ring.h
   } else if (channel_->ring && mpi::use_ring(tensor, size(), runtime_.tag_ub())) {
-    mpi::add_ring(step, tensor, type, op, rank(), size(), runtime_.tag_ub());
+    mpi::add_ring(step, tensor, type, op, rank(), size(), runtime_.tag_ub(), scratch_);
   }
   // MPI has no average: a sum, then one division on the MPI thread, so every rank rounds alike.
   if (opts.op == ReduceOp::kAvg) {

@@ -25,10 +25,14 @@ int segments(std::int64_t bytes, int size, int tag_ub) {
 
 class Ring {
  public:
-  Ring(const at::Tensor& tensor, MPI_Datatype type, MPI_Op op, int rank, int size, int segments)
+  Ring(const at::Tensor& tensor, MPI_Datatype type, MPI_Op op, int rank, int size, int segments,
+       std::shared_ptr<ScratchPool> pool)
       : tensor_(tensor), type_(type), op_(op), rank_(rank), size_(size), segments_(segments),
-        elem_(tensor.element_size()), count_(tensor.numel()),
-        scratch_(at::empty({count_ / size / segments + 2}, tensor.options())) {}
+        elem_(tensor.element_size()), count_(tensor.numel()), pool_(std::move(pool)),
+        scratch_(pool_->take(static_cast<std::size_t>(count_ / size / segments + 2) * elem_)) {}
+  ~Ring() { pool_->give(std::move(scratch_)); }
+  Ring(const Ring&) = delete;
+  Ring& operator=(const Ring&) = delete;
 
   // Round j moves segment j % segments_ of the chunks of ring step j / segments_.
   int round(MPI_Comm comm, int j, int tag, MPI_Request* requests) {
@@ -84,18 +88,23 @@ class Ring {
   int segments_;
   std::size_t elem_;
   std::int64_t count_;
-  at::Tensor scratch_;  // one segment from the left neighbour (step 1)
+  std::shared_ptr<ScratchPool> pool_;
+  at::Tensor scratch_;  // one segment from the left neighbour (step 1): Note [Scratch reuse]
 };
 
 // Note [Pair exchange] in ring.h.
 class Pair {
  public:
-  Pair(const at::Tensor& tensor, MPI_Datatype type, MPI_Op op, int rank)
-      : tensor_(tensor), type_(type), op_(op), peer_(1 - rank) {}
+  Pair(const at::Tensor& tensor, MPI_Datatype type, MPI_Op op, int rank,
+       std::shared_ptr<ScratchPool> pool)
+      : tensor_(tensor), type_(type), op_(op), peer_(1 - rank), pool_(std::move(pool)) {}
+  ~Pair() { pool_->give(std::move(scratch_)); }
+  Pair(const Pair&) = delete;
+  Pair& operator=(const Pair&) = delete;
 
   int round(MPI_Comm comm, int tag, MPI_Request* requests) {
     const int count = static_cast<int>(tensor_.numel());
-    scratch_ = at::empty_like(tensor_);  // here: a step that blocks never needs it
+    scratch_ = pool_->take(tensor_.nbytes());  // here: a step that blocks never needs it
     int rc = MPI_Irecv(scratch_.data_ptr(), count, type_, peer_, tag, comm, &requests[1]);
     if (rc != MPI_SUCCESS) return rc;
     return MPI_Isend(tensor_.data_ptr(), count, type_, peer_, tag, comm, &requests[0]);
@@ -119,7 +128,8 @@ class Pair {
   MPI_Datatype type_;
   MPI_Op op_;
   int peer_;
-  at::Tensor scratch_;  // the peer's tensor, once the round started
+  std::shared_ptr<ScratchPool> pool_;
+  at::Tensor scratch_;  // the peer's tensor, once the round started: Note [Scratch reuse]
 };
 
 }  // namespace
@@ -127,12 +137,13 @@ class Pair {
 bool use_pair(const at::Tensor& tensor, int size, ReduceOp op) {
   const auto bytes = static_cast<std::int64_t>(tensor.nbytes());
   return size == 2 && tensor.is_cpu() && (op == ReduceOp::kSum || op == ReduceOp::kAvg) &&
-         bytes >= kPairBytesFrom && bytes < kPairBytesBelow;
+         ((bytes > 0 && bytes <= kPairSmallBytes) ||
+          (bytes >= kPairBytesFrom && bytes < kPairBytesBelow));
 }
 
 void add_pair(DataStep& step, const at::Tensor& tensor, MPI_Datatype type, MPI_Op mpi_op,
-              int rank) {
-  auto pair = std::make_shared<Pair>(tensor, type, mpi_op, rank);
+              int rank, std::shared_ptr<ScratchPool> pool) {
+  auto pair = std::make_shared<Pair>(tensor, type, mpi_op, rank, std::move(pool));
   step.rounds = 1;
   step.round = [pair](MPI_Comm comm, int /*k*/, int tag, MPI_Request* requests) {
     return pair->round(comm, tag, requests);
@@ -147,9 +158,9 @@ bool use_ring(const at::Tensor& tensor, int size, int tag_ub) {
 }
 
 void add_ring(DataStep& step, const at::Tensor& tensor, MPI_Datatype type, MPI_Op op, int rank,
-              int size, int tag_ub) {
+              int size, int tag_ub, std::shared_ptr<ScratchPool> pool) {
   const int pieces = segments(static_cast<std::int64_t>(tensor.nbytes()), size, tag_ub);
-  auto ring = std::make_shared<Ring>(tensor, type, op, rank, size, pieces);
+  auto ring = std::make_shared<Ring>(tensor, type, op, rank, size, pieces, std::move(pool));
   step.rounds = 2 * (size - 1) * pieces;
   step.round = [ring](MPI_Comm comm, int k, int tag, MPI_Request* requests) {
     return ring->round(comm, k, tag, requests);

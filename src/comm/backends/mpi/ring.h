@@ -35,8 +35,8 @@
 // enough for bandwidth to rule (kRingChunkBytes). With 2 ranks the ring takes two rounds where
 // MPI's recursive doubling takes one, and still beat libnbc from 4 KiB up on one host (1.46x
 // against 3.68x raw MPI_Allreduce's time at 4 KiB, 1.14x against 1.63x at 16 KiB;
-// docs/performance.md); a 2-rank sum from 8 KiB to below 128 KiB now takes one round instead
-// (Note [Pair exchange]). With more ranks this machine (2 cores) could only run them
+// docs/performance.md); a 2-rank sum from 8 KiB to below 128 KiB, and up to 2 KiB, now takes one
+// round instead (Note [Pair exchange]). With more ranks this machine (2 cores) could only run them
 // oversubscribed, where times swung 10x between runs, so the per-chunk bound there is a
 // conservative choice, not a measured crossover.
 //
@@ -54,9 +54,14 @@
 // saved round gains.
 // Measured against the ring in raw MPI on one host, OpenMPI 4.1's shared-memory transport
 // (bench/mpi/pair_mpi.cpp): 0.63-0.66x its time at 8 KiB, 0.76x at 16 KiB, 0.94x at 64 KiB,
-// 0.98-0.99x at 96 KiB, 0.95-1.00x at 128 KiB (docs/performance.md, "The pair exchange"). Below
-// 8 KiB the ring's halves go as eager messages and the pair's whole tensor does not: the ring
-// stays there.
+// 0.98-0.99x at 96 KiB, 0.95-1.00x at 128 KiB (docs/performance.md, "The pair exchange"). From
+// 4 to below 8 KiB the ring's halves go as eager messages and the pair's whole tensor does not:
+// the ring stays there. Up to kPairSmallBytes (2 KiB) the whole tensor is one eager message too,
+// and the pair replaces libnbc's MPI_Iallreduce, whose schedule is most of a small call's cost:
+// 0.67-0.73x dpx's time from 4 B to 2 KiB (docs/performance.md, "Scratch reuse, and the pair
+// exchange for small sums"). Above 2 KiB and below 4 KiB, MPI_Iallreduce as before (not
+// measured: the transport's eager limit counts its header, so a whole tensor near 4 KiB may not
+// go eagerly).
 #pragma once
 
 #include <ATen/ATen.h>
@@ -64,8 +69,10 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 
 #include "comm/backends/mpi/collective.h"
+#include "comm/backends/mpi/scratch.h"
 #include "dpx/comm/types.h"
 
 namespace dpx::detail::mpi {
@@ -75,7 +82,9 @@ namespace dpx::detail::mpi {
 constexpr std::int64_t kRingBytesTwoRanks = 4 * 1024;
 constexpr std::int64_t kRingChunkBytes = 32 * 1024;
 
-// From kPairBytesFrom to below kPairBytesBelow with 2 ranks (Note [Pair exchange]).
+// From kPairBytesFrom to below kPairBytesBelow, and from 1 byte to kPairSmallBytes, with 2 ranks
+// (Note [Pair exchange]).
+constexpr std::int64_t kPairSmallBytes = 2 * 1024;
 constexpr std::int64_t kPairBytesFrom = 8 * 1024;
 constexpr std::int64_t kPairBytesBelow = 128 * 1024;
 
@@ -83,7 +92,7 @@ constexpr std::int64_t kPairBytesBelow = 128 * 1024;
 // sets `step`'s one round and its finish (the sum) to it (Note [Pair exchange]).
 bool use_pair(const at::Tensor& tensor, int size, ReduceOp op);
 void add_pair(DataStep& step, const at::Tensor& tensor, MPI_Datatype type, MPI_Op mpi_op,
-              int rank);
+              int rank, std::shared_ptr<ScratchPool> pool);
 
 // Whether an all-reduce of `tensor` in a group of `size` ranks runs as a ring: a CPU tensor of
 // the sizes above, with MPI_TAG_UB (`tag_ub`) leaving room for its rounds' tags (round_stride,
@@ -91,8 +100,8 @@ void add_pair(DataStep& step, const at::Tensor& tensor, MPI_Datatype type, MPI_O
 bool use_ring(const at::Tensor& tensor, int size, int tag_ub);
 
 // Sets `step`'s rounds to the ring's, all-reducing `tensor` (contiguous) by `op`; `tag_ub` bounds
-// its segments (MPI_TAG_UB).
+// its segments (MPI_TAG_UB). Both take their scratch from `pool` (Note [Scratch reuse]).
 void add_ring(DataStep& step, const at::Tensor& tensor, MPI_Datatype type, MPI_Op op, int rank,
-              int size, int tag_ub);
+              int size, int tag_ub, std::shared_ptr<ScratchPool> pool);
 
 }  // namespace dpx::detail::mpi

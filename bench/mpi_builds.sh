@@ -1,0 +1,64 @@
+#!/usr/bin/env bash
+# dpx's mpi all-reduce with several libdpx builds against raw MPI_Allreduce, 2 ranks under
+# mpirun bound one per core: in each of ROUNDS rounds raw MPI first, then every build in an order
+# rotated each round (LD_LIBRARY_PATH switches them under one dpx-bench), and per size the
+# median over rounds of each build / raw and of each build / the first build
+# (docs/performance.md, issue #43). Name a build twice (two folders holding the same library)
+# for the run's own noise.
+#   bench/mpi_builds.sh BUILD_DIR LIBDIR[:DPX_MALLOC] [LIBDIR[:DPX_MALLOC] ...]
+#   (LIBDIR holds a libdpx.so.0; BUILD_DIR gives dpx-bench and dpx-bench-mpi-allreduce;
+#   DPX_MALLOC system unless given)
+#   env: ROUNDS=11 SECS=0.2 MIN_BYTES=4 MAX_BYTES=262144
+set -euo pipefail
+cd "$(dirname "$0")/.."
+build=${1:?usage: mpi_builds.sh BUILD_DIR LIBDIR[:DPX_MALLOC] ...}
+shift
+(($# > 0)) || { echo "mpi_builds.sh: name at least one LIBDIR" >&2; exit 2; }
+builds=("$@")
+rounds=${ROUNDS:-11}
+sizes=(--min-bytes "${MIN_BYTES:-4}" --max-bytes "${MAX_BYTES:-262144}" --seconds "${SECS:-0.2}")
+out=$(mktemp -d /tmp/dpx-mpi-builds-XXXXXX)
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+mpirun=(mpirun.openmpi -np 2 --bind-to core)  # OpenMPI's own name (an MPICH can move `mpirun`)
+for r in $(seq "$rounds"); do
+  echo "round $r/$rounds" >&2
+  "${mpirun[@]}" "$build/bench/dpx-bench-mpi-allreduce" "${sizes[@]}" > "$out/raw-$r.txt"
+  n=${#builds[@]}
+  k=$((r % n))
+  for b in "${builds[@]:k}" "${builds[@]:0:k}"; do
+    i=0
+    for j in "${!builds[@]}"; do [ "${builds[$j]}" = "$b" ] && i=$j; done
+    dir=${b%%:*}
+    malloc=system
+    [ "$b" != "$dir" ] && malloc=${b#*:}
+    "${mpirun[@]}" -x LD_LIBRARY_PATH="$dir" -x DPX_MALLOC="$malloc" "$build/bench/dpx-bench" \
+      allreduce --backend mpi "${sizes[@]}" > "$out/build$i-$r.txt"
+  done
+done
+/usr/bin/python3 - "$out" "$rounds" "${builds[@]}" <<'PY'
+import statistics, sys
+out, rounds, builds = sys.argv[1], int(sys.argv[2]), sys.argv[3:]
+def times(path):
+    d = {}
+    for line in open(path):
+        f = line.split()
+        if len(f) > 2 and f[0].isdigit():
+            d[int(f[0])] = float(f[2])
+    return d
+raw = [times(f"{out}/raw-{r}.txt") for r in range(1, rounds + 1)]
+dpx = [[times(f"{out}/build{i}-{r}.txt") for r in range(1, rounds + 1)] for i in range(len(builds))]
+print(f"# 2 ranks, float32 sum, {rounds} rounds; medians over rounds; builds:")
+for i, b in enumerate(builds):
+    print(f"#   {i}: {b}")
+head = "size(B) raw_us" + "".join(f" b{i}/raw" for i in range(len(builds)))
+head += "".join(f" b{i}/b0" for i in range(1, len(builds)))
+print(head)
+for s in sorted(raw[0]):
+    med = lambda xs: statistics.median(xs)
+    line = f"{s} {med(r[s] for r in raw):.2f}"
+    line += "".join(f" {med(d[k][s] / raw[k][s] for k in range(rounds)):.3f}" for d in dpx)
+    line += "".join(
+        f" {med(d[k][s] / dpx[0][k][s] for k in range(rounds)):.3f}" for d in dpx[1:])
+    print(line)
+PY
+rm -rf "$out"
