@@ -3,17 +3,27 @@
 # mpirun bound one per core: in each of ROUNDS rounds raw MPI first, then every build in an order
 # rotated each round (LD_LIBRARY_PATH switches them under one dpx-bench), and per size the
 # median over rounds of each build / raw and of each build / the first build
-# (docs/performance.md, issue #43). Name a build twice (two folders holding the same library)
-# for the run's own noise.
+# (docs/performance.md, issue #43). Give a build twice (two folders holding copies of the same
+# library) for the run's own noise.
 #   bench/mpi_builds.sh BUILD_DIR LIBDIR[:DPX_MALLOC] [LIBDIR[:DPX_MALLOC] ...]
 #   (LIBDIR holds a libdpx.so.0; BUILD_DIR gives dpx-bench and dpx-bench-mpi-allreduce;
 #   DPX_MALLOC system unless given)
 #   env: ROUNDS=11 SECS=0.2 MIN_BYTES=4 MAX_BYTES=262144
 set -euo pipefail
-cd "$(dirname "$0")/.."
-build=${1:?usage: mpi_builds.sh BUILD_DIR LIBDIR[:DPX_MALLOC] ...}
+build=$(realpath "${1:?usage: mpi_builds.sh BUILD_DIR LIBDIR[:DPX_MALLOC] ...}")
 shift
 (($# > 0)) || { echo "mpi_builds.sh: name at least one LIBDIR" >&2; exit 2; }
+dirs=()
+mallocs=()
+for b in "$@"; do
+  dir=${b%%:*}
+  malloc=system
+  [ "$b" != "$dir" ] && malloc=${b#*:}
+  # A folder without the library would silently measure BUILD_DIR's own (the RUNPATH).
+  [ -f "$dir/libdpx.so.0" ] || { echo "mpi_builds.sh: no libdpx.so.0 in $dir" >&2; exit 2; }
+  dirs+=("$(realpath "$dir")")
+  mallocs+=("$malloc")
+done
 builds=("$@")
 rounds=${ROUNDS:-11}
 sizes=(--min-bytes "${MIN_BYTES:-4}" --max-bytes "${MAX_BYTES:-262144}" --seconds "${SECS:-0.2}")
@@ -24,15 +34,10 @@ for r in $(seq "$rounds"); do
   echo "round $r/$rounds" >&2
   "${mpirun[@]}" "$build/bench/dpx-bench-mpi-allreduce" "${sizes[@]}" > "$out/raw-$r.txt"
   n=${#builds[@]}
-  k=$((r % n))
-  for b in "${builds[@]:k}" "${builds[@]:0:k}"; do
-    i=0
-    for j in "${!builds[@]}"; do [ "${builds[$j]}" = "$b" ] && i=$j; done
-    dir=${b%%:*}
-    malloc=system
-    [ "$b" != "$dir" ] && malloc=${b#*:}
-    "${mpirun[@]}" -x LD_LIBRARY_PATH="$dir" -x DPX_MALLOC="$malloc" "$build/bench/dpx-bench" \
-      allreduce --backend mpi "${sizes[@]}" > "$out/build$i-$r.txt"
+  for ((s = 0; s < n; ++s)); do
+    i=$(((r + s) % n))  # the order rotated each round
+    "${mpirun[@]}" -x LD_LIBRARY_PATH="${dirs[$i]}" -x DPX_MALLOC="${mallocs[$i]}" \
+      "$build/bench/dpx-bench" allreduce --backend mpi "${sizes[@]}" > "$out/build$i-$r.txt"
   done
 done
 /usr/bin/python3 - "$out" "$rounds" "${builds[@]}" <<'PY'

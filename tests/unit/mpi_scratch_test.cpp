@@ -16,14 +16,14 @@ namespace {
 TEST(MpiScratch, ABufferGivenBackIsHandedOutAgain) {
   ScratchPool pool;
   at::Tensor a = pool.take(65536);
-  ASSERT_GE(a.nbytes(), 65536u);
+  ASSERT_EQ(a.nbytes(), 65536u);
   EXPECT_TRUE(a.is_cpu());
-  void* p = a.data_ptr();
   pool.give(std::move(a));
-  at::Tensor b = pool.take(65536);
-  EXPECT_EQ(b.data_ptr(), p);
-  at::Tensor c = pool.take(65536);  // the kept one is out: a new one
-  EXPECT_NE(c.data_ptr(), p);
+  EXPECT_EQ(pool.kept(), 1u);
+  // The kept one (its size tells it from a new one), and then none is left.
+  EXPECT_EQ(pool.take(4096).nbytes(), 65536u);
+  EXPECT_EQ(pool.kept(), 0u);
+  EXPECT_EQ(pool.take(4096).nbytes(), 4096u);
 }
 
 TEST(MpiScratch, TheSmallestKeptBufferThatFitsAndNoneTooSmall) {
@@ -48,27 +48,34 @@ TEST(MpiScratch, TheSmallestKeptBufferThatFitsAndNoneTooSmall) {
 TEST(MpiScratch, KeepsAtMostItsCountAndNothingOverItsBound) {
   ScratchPool pool;
   std::vector<at::Tensor> out;
-  std::vector<void*> ptrs;
-  for (std::size_t i = 0; i < ScratchPool::kKept + 1; ++i) {
-    out.push_back(pool.take(4096));
-    ptrs.push_back(out.back().data_ptr());
-  }
+  for (std::size_t i = 0; i < ScratchPool::kKept + 1; ++i) out.push_back(pool.take(4096));
   for (auto& t : out) pool.give(std::move(t));
   EXPECT_EQ(pool.kept(), ScratchPool::kKept);
-  // The first kKept given back are handed out again; the last was dropped.
-  std::vector<void*> again;
-  for (std::size_t i = 0; i < ScratchPool::kKept + 1; ++i) {
-    again.push_back(pool.take(4096).data_ptr());
-  }
-  for (std::size_t i = 0; i < ScratchPool::kKept; ++i) {
-    EXPECT_NE(std::find(again.begin(), again.end(), ptrs[i]), again.end()) << i;
-  }
   ScratchPool big;
-  at::Tensor huge = big.take(ScratchPool::kKeptBytes + 1);
-  big.give(std::move(huge));
+  big.give(big.take(ScratchPool::kKeptBytes + 1));
   EXPECT_EQ(big.kept(), 0u);
   big.give(big.take(ScratchPool::kKeptBytes));
   EXPECT_EQ(big.kept(), 1u);
+}
+
+// Full of small buffers (the pair's), a ring's larger one given back replaces the smallest, and
+// is handed out for the next ring; a smaller one than every kept one is dropped.
+TEST(MpiScratch, ALargerBufferReplacesTheSmallestWhenFull) {
+  ScratchPool pool;
+  std::vector<at::Tensor> out;
+  for (std::size_t i = 0; i < ScratchPool::kKept; ++i) out.push_back(pool.take(1024 + 8 * i));
+  for (auto& t : out) pool.give(std::move(t));
+  pool.give(pool.take(1 << 20));  // made new: none kept fits
+  EXPECT_EQ(pool.kept(), ScratchPool::kKept);
+  at::Tensor ring = pool.take(65536);
+  EXPECT_EQ(ring.nbytes(), static_cast<std::size_t>(1 << 20));
+  pool.give(std::move(ring));
+  pool.give(at::empty({1000}, at::kByte));  // full again, and smaller than every kept one
+  std::vector<std::size_t> sizes;
+  while (pool.kept() > 0) sizes.push_back(pool.take(1).nbytes());
+  std::sort(sizes.begin(), sizes.end());
+  // 1024 went for the ring's; 1000 was not kept.
+  EXPECT_EQ(sizes, (std::vector<std::size_t>{1032, 1040, 1048, 1 << 20}));
 }
 
 }  // namespace

@@ -79,7 +79,8 @@ void parse_nproc(Config& c, const std::string& v) {
     const int gpus = dpx::cuda::device_count();
     if (v == "gpu" && gpus == 0) {
       bad_flag("--nproc-per-node gpu: CUDA is not available (no CUDA device is visible to this "
-           "process, or dpx's LibTorch was built without CUDA); give a number of workers, or cpu");
+               "process, or dpx's LibTorch was built without CUDA); give a number of workers, or "
+               "cpu");
     }
     c.nproc_per_node = gpus > 0 ? gpus : cpus();
   } else if (!v.empty() && std::isdigit(static_cast<unsigned char>(v[0]))) {

@@ -325,8 +325,12 @@ Task::State Collective::start_round() {
   int rc = MPI_SUCCESS;
   try {  // a round may allocate (a pair's scratch); it throws before it posts anything
     rc = step_.round(ch_->data, round_, tag, requests_);
-  } catch (...) {
-    return fail(std::current_exception());
+  } catch (const std::exception& e) {
+    // Its peers wait for this round's messages: fail() fails the group too (by_rounds_).
+    return fail(std::make_exception_ptr(DistributedError(
+        ch_->where + "mpi: " + work_->describe() + ": a round of the data step failed: " +
+        e.what() + ". The group is now unusable (its peers wait for this round): make a new "
+        "one, or end the job.")));
   }
   if (rc != MPI_SUCCESS) return fail(mpi_error(rc, "a round of the data step"));
   at_ = Step::kData;

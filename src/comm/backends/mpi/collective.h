@@ -167,7 +167,7 @@ struct DataStep {
 struct Published {
   CollectiveDescriptor call;
   std::int64_t may_block = 0;  // Note [Blocking data step], step 1
-  std::int64_t ring = 0;       // it has DataStep::round (a ring, or shared memory: every rank's)
+  std::int64_t ring = 0;  // it has DataStep::round (a ring, a pair, or shared memory's rounds)
   std::uint64_t host = 0;      // Runtime::host()
 };
 

@@ -111,8 +111,9 @@ class Pair {
   }
 
   // After the round: the peer's tensor into this one. Nothing where the ranks ran MPI's own
-  // collective instead (a rank with DPX_MPI_RING=0: Note [Ring all-reduce]), so no round ran (a
-  // round that failed fails the collective before this).
+  // collective instead, so no round ran (a rank with DPX_MPI_RING=0: Note [Ring all-reduce]; a
+  // blocking data step: Note [Blocking data step]); a round that failed fails the collective
+  // before this.
   void sum() const {
     if (!scratch_.defined()) return;
     // MPI_Reduce_local belongs to no communicator: its errors go to MPI_COMM_WORLD's handler

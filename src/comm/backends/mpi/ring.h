@@ -35,30 +35,30 @@
 // enough for bandwidth to rule (kRingChunkBytes). With 2 ranks the ring takes two rounds where
 // MPI's recursive doubling takes one, and still beat libnbc from 4 KiB up on one host (1.46x
 // against 3.68x raw MPI_Allreduce's time at 4 KiB, 1.14x against 1.63x at 16 KiB;
-// docs/performance.md); a 2-rank sum from 8 KiB to below 128 KiB, and up to 2 KiB, now takes one
-// round instead (Note [Pair exchange]). With more ranks this machine (2 cores) could only run them
-// oversubscribed, where times swung 10x between runs, so the per-chunk bound there is a
-// conservative choice, not a measured crossover.
+// docs/performance.md); a 2-rank sum from 8 KiB to below 128 KiB now takes one round instead
+// (Note [Pair exchange]), as does one of up to 2 KiB in place of MPI_Iallreduce. With more
+// ranks this machine (2 cores) could only run them oversubscribed, where times swung 10x between
+// runs, so the per-chunk bound there is a conservative choice, not a measured crossover.
 //
 // Note [Pair exchange]
 // With 2 ranks the ring's two rounds move the same bytes as one exchange of the whole tensor,
-// at twice the latency: below kPairBytesBelow a sum is one round instead. Each rank sends its
-// tensor and receives the peer's into a scratch buffer (MPI_Isend, MPI_Irecv), then adds it into
-// its own (MPI_Reduce_local). The ranks add the same two numbers in opposite operand order;
-// IEEE addition gives the same result either way, so both ranks hold the same values, and the
-// same bits except where both operands are NaN (x86 then keeps the first operand's NaN: a NaN's
-// sign or payload can differ between the ranks; both hold a NaN). Max and min differ by operand
-// order for a NaN against a number, so only SUM and AVG take this path (a product's rounding
-// does not depend on operand order either, but its gain was not measured: it keeps the ring).
-// Ordering the operands by rank instead would cost one rank a copy of the tensor, about what the
-// saved round gains.
+// at twice the latency: from kPairBytesFrom to below kPairBytesBelow a sum is one round instead
+// (and up to kPairSmallBytes, below). Each rank sends its tensor and receives the peer's into a
+// scratch buffer (MPI_Isend, MPI_Irecv), then adds it into its own (MPI_Reduce_local). The
+// ranks add the same two numbers in opposite operand order; IEEE addition gives the same result
+// either way, so both ranks hold the same values, and the same bits except where both operands
+// are NaN (x86 then keeps the first operand's NaN: a NaN's sign or payload can differ between
+// the ranks; both hold a NaN). Max and min differ by operand order for a NaN against a number,
+// so only SUM and AVG take this path (a product's rounding does not depend on operand order
+// either, but its gain was not measured: it keeps the ring). Ordering the operands by rank
+// instead would cost one rank a copy of the tensor, about what the saved round gains.
 // Measured against the ring in raw MPI on one host, OpenMPI 4.1's shared-memory transport
 // (bench/mpi/pair_mpi.cpp): 0.63-0.66x its time at 8 KiB, 0.76x at 16 KiB, 0.94x at 64 KiB,
 // 0.98-0.99x at 96 KiB, 0.95-1.00x at 128 KiB (docs/performance.md, "The pair exchange"). From
 // 4 to below 8 KiB the ring's halves go as eager messages and the pair's whole tensor does not:
 // the ring stays there. Up to kPairSmallBytes (2 KiB) the whole tensor is one eager message too,
 // and the pair replaces libnbc's MPI_Iallreduce, whose schedule is most of a small call's cost:
-// 0.67-0.73x dpx's time from 4 B to 2 KiB (docs/performance.md, "Scratch reuse, and the pair
+// 0.67-0.75x dpx's time from 4 B to 2 KiB (docs/performance.md, "Scratch reuse, and the pair
 // exchange for small sums"). Above 2 KiB and below 4 KiB, MPI_Iallreduce as before (not
 // measured: the transport's eager limit counts its header, so a whole tensor near 4 KiB may not
 // go eagerly).

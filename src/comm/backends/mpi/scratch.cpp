@@ -1,6 +1,7 @@
 // Note [Scratch reuse] in scratch.h.
 #include "comm/backends/mpi/scratch.h"
 
+#include <algorithm>
 #include <utility>
 
 namespace dpx::detail::mpi {
@@ -28,7 +29,14 @@ at::Tensor ScratchPool::take(std::size_t bytes) {
 void ScratchPool::give(at::Tensor buffer) {
   if (!buffer.defined() || buffer.nbytes() > kKeptBytes) return;
   std::lock_guard<std::mutex> lock(mutex_);
-  if (kept_.size() < kKept) kept_.push_back(std::move(buffer));
+  if (kept_.size() < kKept) {
+    kept_.push_back(std::move(buffer));
+    return;
+  }
+  auto smallest = std::min_element(kept_.begin(), kept_.end(), [](const auto& a, const auto& b) {
+    return a.nbytes() < b.nbytes();
+  });
+  if (smallest->nbytes() < buffer.nbytes()) *smallest = std::move(buffer);
 }
 
 std::size_t ScratchPool::kept() {

@@ -1,16 +1,18 @@
 // Scratch buffers the mpi backend's all-reduces reuse. Included only by the mpi backend's files.
 //
 // Note [Scratch reuse]
-// The ring and the pair exchange (ring.h) receive into a scratch buffer of up to 1 MiB for
-// every call. Made and freed each time by the system allocator, it costs glibc's bookkeeping (a
-// request of 1 KiB or more first consolidates its fast bins, a free of 64 KiB or more the heap)
-// and page faults where the heap's top was trimmed (2-4% of rank 0's samples in a profile of
-// 128 KiB all-reduces).
-// Kept, they took 0.81x the time at 4 KiB, 0.88x at 8 KiB, 0.91x at 16 KiB, no change measured
-// from 32 KiB up (docs/performance.md, "Scratch reuse, and the pair exchange ..."). So a group
-// keeps up to kKept freed buffers of at most kKeptBytes and hands them out again. Buffers move
-// between the caller's thread (a ring makes its own when it is issued) and the MPI thread (a
-// pair's, in its round), so the pool takes a lock, uncontended in a loop of calls.
+// The ring and the pair exchange (ring.h) receive into a scratch buffer for every call, up to
+// 1 MiB (more where MPI_TAG_UB caps a ring's segments). Made and freed each time by the system
+// allocator, it costs glibc's bookkeeping (a request of 1 KiB or more first consolidates its
+// fast bins, a free of 64 KiB or more the heap) and page faults where the heap's top was
+// trimmed (2-4% of rank 0's samples in a profile of 128 KiB all-reduces). Kept, they took 0.81x
+// the time at 4 KiB, 0.88x at 8 KiB, 0.91x at 16 KiB, no change measured from 32 KiB up
+// (docs/performance.md, "Scratch reuse, and the pair exchange ..."). So a group keeps up to
+// kKept freed buffers of at most kKeptBytes and hands out the smallest that fits; when it is
+// full, a larger one given back replaces the smallest kept, so small pair buffers cannot crowd
+// out a ring's. Buffers move between the caller's thread (a ring takes its own when it is
+// issued) and the MPI thread (a pair's, in its round), so the pool takes a lock, uncontended in
+// a loop of calls.
 #pragma once
 
 #include <ATen/ATen.h>
@@ -23,12 +25,17 @@ namespace dpx::detail::mpi {
 
 class ScratchPool {
  public:
-  static constexpr std::size_t kKept = 4;               // about the buckets DDP has in flight
-  static constexpr std::size_t kKeptBytes = 2u << 20;  // a ring's segment is at most 1 MiB
+  static constexpr std::size_t kKept = 4;  // about the buckets DDP has in flight
+  // A ring's segment is at most 1 MiB where MPI_TAG_UB leaves it enough rounds (ring.h); larger
+  // ones are not kept.
+  static constexpr std::size_t kKeptBytes = 2u << 20;
+
+  ScratchPool() { kept_.reserve(kKept); }  // give() never allocates (it runs in destructors)
 
   // A CPU byte buffer of at least `bytes`: a kept one if one is large enough, else a new one.
   at::Tensor take(std::size_t bytes);
-  // Back for the next call (dropped when kKept are kept, or when it is over kKeptBytes).
+  // Back for the next call: dropped when it is over kKeptBytes, or when kKept are kept and none
+  // is smaller (else it replaces the smallest).
   void give(at::Tensor buffer);
   std::size_t kept();  // how many it keeps now
 
