@@ -26,8 +26,13 @@ for b in "$@"; do
 done
 builds=("$@")
 rounds=${ROUNDS:-11}
+((rounds >= 1)) || { echo "mpi_builds.sh: ROUNDS must be at least 1" >&2; exit 2; }
+for b in dpx-bench dpx-bench-mpi-allreduce; do
+  [ -x "$build/bench/$b" ] || { echo "mpi_builds.sh: no $build/bench/$b (build it)" >&2; exit 2; }
+done
 sizes=(--min-bytes "${MIN_BYTES:-4}" --max-bytes "${MAX_BYTES:-262144}" --seconds "${SECS:-0.2}")
 out=$(mktemp -d /tmp/dpx-mpi-builds-XXXXXX)
+trap 'rm -rf "$out"' EXIT
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 mpirun=(mpirun.openmpi -np 2 --bind-to core)  # OpenMPI's own name (an MPICH can move `mpirun`)
 for r in $(seq "$rounds"); do
@@ -66,4 +71,3 @@ for s in sorted(raw[0]):
         f" {med(d[k][s] / dpx[0][k][s] for k in range(rounds)):.3f}" for d in dpx[1:])
     print(line)
 PY
-rm -rf "$out"

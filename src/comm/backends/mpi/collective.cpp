@@ -2,8 +2,11 @@
 #if DPX_WITH_MPI
 #include "comm/backends/mpi/collective.h"
 
+#include <c10/util/Exception.h>
+
 #include <algorithm>
 #include <iterator>
+#include <string>
 
 #include "dpx/errors.h"
 
@@ -325,16 +328,35 @@ Task::State Collective::start_round() {
   int rc = MPI_SUCCESS;
   try {  // a round may allocate (a pair's scratch); it throws before it posts anything
     rc = step_.round(ch_->data, round_, tag, requests_);
-  } catch (const std::exception& e) {
+  } catch (...) {
     // Its peers wait for this round's messages: fail() fails the group too (by_rounds_).
-    return fail(std::make_exception_ptr(DistributedError(
-        ch_->where + "mpi: " + work_->describe() + ": a round of the data step failed: " +
-        e.what() + ". The group is now unusable (its peers wait for this round): make a new "
-        "one, or end the job.")));
+    return fail(round_error(std::current_exception()));
   }
   if (rc != MPI_SUCCESS) return fail(mpi_error(rc, "a round of the data step"));
   at_ = Step::kData;
   return State::kBusy;
+}
+
+// A round that threw (out of memory for its scratch), as the error its caller and the group
+// get; the exception itself where that message cannot be made (out of memory again).
+std::exception_ptr Collective::round_error(std::exception_ptr thrown) {
+  try {
+    std::string what = "unknown exception";
+    try {
+      std::rethrow_exception(thrown);
+    } catch (const c10::Error& e) {
+      what = e.what_without_backtrace();
+    } catch (const std::exception& e) {
+      what = e.what();
+    } catch (...) {
+    }
+    return std::make_exception_ptr(DistributedError(
+        ch_->where + "mpi: " + work_->describe() + ": a round of the data step failed: " + what +
+        ". The group is now unusable (its peers wait for this round): make a new one, or end "
+        "the job."));
+  } catch (...) {
+    return thrown;
+  }
 }
 
 Task::State Collective::finish_data_step() {

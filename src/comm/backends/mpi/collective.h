@@ -167,7 +167,7 @@ struct DataStep {
 struct Published {
   CollectiveDescriptor call;
   std::int64_t may_block = 0;  // Note [Blocking data step], step 1
-  std::int64_t ring = 0;  // it has DataStep::round (a ring, a pair, or shared memory's rounds)
+  std::int64_t ring = 0;       // it has DataStep::round (a ring, a pair, shared memory's rounds)
   std::uint64_t host = 0;      // Runtime::host()
 };
 
@@ -220,6 +220,7 @@ class Collective : public Task {
   int start_check();
   std::exception_ptr compare();
   std::exception_ptr mpi_error(int rc, const char* call);
+  std::exception_ptr round_error(std::exception_ptr thrown);
 
   std::shared_ptr<Channel> ch_;
   Published mine_;

@@ -57,11 +57,11 @@
 // 0.98-0.99x at 96 KiB, 0.95-1.00x at 128 KiB (docs/performance.md, "The pair exchange"). From
 // 4 to below 8 KiB the ring's halves go as eager messages and the pair's whole tensor does not:
 // the ring stays there. Up to kPairSmallBytes (2 KiB) the whole tensor is one eager message too,
-// and the pair replaces libnbc's MPI_Iallreduce, whose schedule is most of a small call's cost:
-// 0.67-0.75x dpx's time from 4 B to 2 KiB (docs/performance.md, "Scratch reuse, and the pair
-// exchange for small sums"). Above 2 KiB and below 4 KiB, MPI_Iallreduce as before (not
-// measured: the transport's eager limit counts its header, so a whole tensor near 4 KiB may not
-// go eagerly).
+// and the pair replaces libnbc's MPI_Iallreduce, whose schedule was about a third of a small
+// call's time: 0.67-0.75x dpx's time from 4 B to 2 KiB (docs/performance.md, "Scratch reuse,
+// and the pair exchange for small sums"). Above 2 KiB and below 4 KiB, MPI_Iallreduce as before
+// (not measured: the transport's eager limit counts its header, so a whole tensor near 4 KiB
+// may not go eagerly).
 #pragma once
 
 #include <ATen/ATen.h>

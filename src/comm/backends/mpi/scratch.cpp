@@ -36,7 +36,8 @@ void ScratchPool::give(at::Tensor buffer) {
   auto smallest = std::min_element(kept_.begin(), kept_.end(), [](const auto& a, const auto& b) {
     return a.nbytes() < b.nbytes();
   });
-  if (smallest->nbytes() < buffer.nbytes()) *smallest = std::move(buffer);
+  // Swapped, the one let go is freed with `buffer`, after the lock.
+  if (smallest->nbytes() < buffer.nbytes()) std::swap(*smallest, buffer);
 }
 
 std::size_t ScratchPool::kept() {

@@ -5,14 +5,15 @@
 // 1 MiB (more where MPI_TAG_UB caps a ring's segments). Made and freed each time by the system
 // allocator, it costs glibc's bookkeeping (a request of 1 KiB or more first consolidates its
 // fast bins, a free of 64 KiB or more the heap) and page faults where the heap's top was
-// trimmed (2-4% of rank 0's samples in a profile of 128 KiB all-reduces). Kept, they took 0.81x
-// the time at 4 KiB, 0.88x at 8 KiB, 0.91x at 16 KiB, no change measured from 32 KiB up
-// (docs/performance.md, "Scratch reuse, and the pair exchange ..."). So a group keeps up to
-// kKept freed buffers of at most kKeptBytes and hands out the smallest that fits; when it is
-// full, a larger one given back replaces the smallest kept, so small pair buffers cannot crowd
-// out a ring's. Buffers move between the caller's thread (a ring takes its own when it is
-// issued) and the MPI thread (a pair's, in its round), so the pool takes a lock, uncontended in
-// a loop of calls.
+// trimmed (2-4% of rank 0's samples in a profile of 128 KiB all-reduces, where keeping them
+// showed no measurable gain; 4-16 KiB, where it did, was not profiled). Kept, they took
+// 0.81-0.93x the time at 4 KiB, 0.88-0.97x at 8 KiB, 0.91-0.97x at 16 KiB in two runs, no change
+// measured from 32 KiB up (docs/performance.md, "Scratch reuse, and the pair exchange ...").
+// So a group keeps up to kKept freed buffers of at most kKeptBytes and hands out the smallest
+// that fits; when it is full, a larger one given back replaces the smallest kept, so small pair
+// buffers cannot crowd out a ring's. Buffers move between the caller's thread (a ring takes its
+// own when it is issued) and the MPI thread (a pair's, in its round), so the pool takes a lock,
+// uncontended in a loop of calls.
 #pragma once
 
 #include <ATen/ATen.h>
