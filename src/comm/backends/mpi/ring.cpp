@@ -28,11 +28,9 @@ class Ring {
   Ring(const at::Tensor& tensor, MPI_Datatype type, MPI_Op op, int rank, int size, int segments,
        std::shared_ptr<ScratchPool> pool)
       : tensor_(tensor), type_(type), op_(op), rank_(rank), size_(size), segments_(segments),
-        elem_(tensor.element_size()), count_(tensor.numel()), pool_(std::move(pool)),
-        scratch_(pool_->take(static_cast<std::size_t>(count_ / size / segments + 2) * elem_)) {}
-  ~Ring() { pool_->give(std::move(scratch_)); }
-  Ring(const Ring&) = delete;
-  Ring& operator=(const Ring&) = delete;
+        elem_(tensor.element_size()), count_(tensor.numel()), scratch_(std::move(pool)) {
+    scratch_.take(static_cast<std::size_t>(count_ / size / segments + 2) * elem_);
+  }
 
   // Round j moves segment j % segments_ of the chunks of ring step j / segments_.
   int round(MPI_Comm comm, int j, int tag, MPI_Request* requests) {
@@ -42,14 +40,14 @@ class Ring {
       // The previous round received a segment to reduce (step 1): chunk rank - k - 1 of its k.
       const int k = (j - 1) / segments_;
       const Piece in = piece(rank_ - k - 1, (j - 1) % segments_);
-      const int rc = MPI_Reduce_local(scratch_.data_ptr(), in.at, in.length, type_, op_);
+      const int rc = MPI_Reduce_local(scratch_.data(), in.at, in.length, type_, op_);
       if (rc != MPI_SUCCESS) return rc;
     }
     const int k = j / segments_;
     const int s = j % segments_;
     Piece send;
     Piece receive;
-    void* into = scratch_.data_ptr();
+    void* into = scratch_.data();
     if (k < size_ - 1) {
       send = piece(rank_ - k, s);
       receive = piece(rank_ - k - 1, s);
@@ -88,8 +86,7 @@ class Ring {
   int segments_;
   std::size_t elem_;
   std::int64_t count_;
-  std::shared_ptr<ScratchPool> pool_;
-  at::Tensor scratch_;  // one segment from the left neighbour (step 1): Note [Scratch reuse]
+  Scratch scratch_;  // one segment from the left neighbour (step 1): Note [Scratch reuse]
 };
 
 // Note [Pair exchange] in ring.h.
@@ -97,15 +94,12 @@ class Pair {
  public:
   Pair(const at::Tensor& tensor, MPI_Datatype type, MPI_Op op, int rank,
        std::shared_ptr<ScratchPool> pool)
-      : tensor_(tensor), type_(type), op_(op), peer_(1 - rank), pool_(std::move(pool)) {}
-  ~Pair() { pool_->give(std::move(scratch_)); }
-  Pair(const Pair&) = delete;
-  Pair& operator=(const Pair&) = delete;
+      : tensor_(tensor), type_(type), op_(op), peer_(1 - rank), scratch_(std::move(pool)) {}
 
   int round(MPI_Comm comm, int tag, MPI_Request* requests) {
     const int count = static_cast<int>(tensor_.numel());
-    scratch_ = pool_->take(tensor_.nbytes());  // here: a step that blocks never needs it
-    int rc = MPI_Irecv(scratch_.data_ptr(), count, type_, peer_, tag, comm, &requests[1]);
+    void* into = scratch_.take(tensor_.nbytes());  // here: a step that blocks never needs it
+    int rc = MPI_Irecv(into, count, type_, peer_, tag, comm, &requests[1]);
     if (rc != MPI_SUCCESS) return rc;
     return MPI_Isend(tensor_.data_ptr(), count, type_, peer_, tag, comm, &requests[0]);
   }
@@ -115,10 +109,10 @@ class Pair {
   // blocking data step: Note [Blocking data step]); a round that failed fails the collective
   // before this.
   void sum() const {
-    if (!scratch_.defined()) return;
+    if (!scratch_.taken()) return;
     // MPI_Reduce_local belongs to no communicator: its errors go to MPI_COMM_WORLD's handler
     // (MPI_COMM_SELF's under MPI-4), which aborts unless the program made it return them.
-    const int rc = MPI_Reduce_local(scratch_.data_ptr(), tensor_.data_ptr(),
+    const int rc = MPI_Reduce_local(scratch_.data(), tensor_.data_ptr(),
                                     static_cast<int>(tensor_.numel()), type_, op_);
     if (rc != MPI_SUCCESS) throw DistributedError("mpi: MPI_Reduce_local failed: " +
                                                   error_string(rc));
@@ -129,8 +123,7 @@ class Pair {
   MPI_Datatype type_;
   MPI_Op op_;
   int peer_;
-  std::shared_ptr<ScratchPool> pool_;
-  at::Tensor scratch_;  // the peer's tensor, once the round started: Note [Scratch reuse]
+  Scratch scratch_;  // the peer's tensor, once the round started: Note [Scratch reuse]
 };
 
 }  // namespace

@@ -19,7 +19,9 @@
 #include <ATen/ATen.h>
 
 #include <cstddef>
+#include <memory>
 #include <mutex>
+#include <utility>
 #include <vector>
 
 namespace dpx::detail::mpi {
@@ -43,6 +45,29 @@ class ScratchPool {
  private:
   std::mutex mutex_;
   std::vector<at::Tensor> kept_;
+};
+
+// One buffer on loan from a pool, given back when the loan ends: the ring's and the pair's
+// scratch, which lives as long as their data step (so never while MPI still writes into it).
+class Scratch {
+ public:
+  explicit Scratch(std::shared_ptr<ScratchPool> pool) : pool_(std::move(pool)) {}
+  ~Scratch() { pool_->give(std::move(buffer_)); }
+  Scratch(const Scratch&) = delete;
+  Scratch& operator=(const Scratch&) = delete;
+
+  // Takes a buffer of at least `bytes` (once) and returns it.
+  void* take(std::size_t bytes) {
+    TORCH_INTERNAL_ASSERT(!buffer_.defined(), "a scratch buffer taken twice");
+    buffer_ = pool_->take(bytes);
+    return buffer_.data_ptr();
+  }
+  bool taken() const { return buffer_.defined(); }
+  void* data() const { return buffer_.data_ptr(); }
+
+ private:
+  std::shared_ptr<ScratchPool> pool_;
+  at::Tensor buffer_;
 };
 
 }  // namespace dpx::detail::mpi
