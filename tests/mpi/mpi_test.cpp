@@ -375,6 +375,31 @@ TEST(MpiFaults, RankThatStopsArrivingEndsInTimeoutError) {
   EXPECT_TRUE(torch::equal(t, at::full({2}, world, at::kFloat)));
 }
 
+// The group's timeout names the ranks whose descriptor never came (here the last one, which
+// never issues the collective); the callers wait longer than it, so theirs is the collective's
+// own error, not their wait's.
+TEST(MpiFaults, RankThatNeverIssuesTheCollectiveIsNamed) {
+  const int world = mpi_group()->size();
+  if (world < 2) GTEST_SKIP() << "needs a peer that stays away";
+  auto pg = mpi_group(milliseconds(800));
+  if (pg->rank() != world - 1) {
+    auto t = at::ones({4});
+    try {
+      pg->allreduce(t)->wait(milliseconds(5000));
+      ADD_FAILURE() << "the allreduce finished without the last rank";
+    } catch (const TimeoutError& e) {
+      const std::string what = e.what();
+      EXPECT_NE(what.find("nothing yet from rank " + std::to_string(world - 1) + " ("),
+                std::string::npos)
+          << what;
+    }
+  }
+  auto next = mpi_group();
+  auto t = at::ones({2});
+  next->allreduce(t)->wait();
+  EXPECT_TRUE(torch::equal(t, at::full({2}, world, at::kFloat)));
+}
+
 // A rank stopped (SIGSTOP) in the middle of a large all-reduce's data exchange: the others end
 // within the group's timeout, not in a hang (MPI itself has no timeout: a collective blocked
 // inside MPI would wait for the stopped rank for ever). Usually with TimeoutError; where the
@@ -411,10 +436,13 @@ TEST(MpiFaults, RankStoppedInTheDataExchangeEndsWithinTheTimeout) {
     auto work = pg->allreduce(t);
     if (pg->rank() != stopped) {
       try {
-        work->wait();
+        // Longer than the group's timeout: the collective's own error, which says where its
+        // rounds stand (a ring's, or shared memory's on one host).
+        work->wait(milliseconds(4000));
         EXPECT_TRUE(torch::equal(t, at::full({1}, world, at::kFloat).expand_as(t)));
       } catch (const TimeoutError& e) {
         EXPECT_NE(std::string(e.what()).find("allreduce(sum)"), std::string::npos) << e.what();
+        EXPECT_NE(std::string(e.what()).find("; round "), std::string::npos) << e.what();
       }
       EXPECT_LT(seconds_since(t0), 5.0);
     } else {

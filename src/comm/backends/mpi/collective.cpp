@@ -132,7 +132,7 @@ Task::State Collective::fail(std::exception_ptr error) {
 }
 
 // Note [MPI collective steps], the group's timeout.
-Task::State Collective::time_out(const char* waiting_for) {
+Task::State Collective::time_out(const std::string& waiting_for) {
   auto error = std::make_exception_ptr(TimeoutError(
       ch_->where + "mpi: " + work_->describe() + " did not finish within the group's timeout (" +
       std::to_string(ch_->timeout.count()) + " ms); it was waiting for " + waiting_for +
@@ -145,6 +145,49 @@ Task::State Collective::time_out(const char* waiting_for) {
   work_->complete(error);
   at_ = Step::kLinger;
   return pending() ? State::kLingering : State::kDone;
+}
+
+// Which peers' descriptors have not come, as "; nothing yet from rank 2, 3"; empty where the
+// exchange is one MPI_Iallgather (it cannot tell). checks_ holds, per peer in rank order, the
+// receive from it and then the send to it (start_check); MPI_Request_get_status leaves them.
+std::string Collective::unheard_peers() {
+  if (ch_->size > kPointToPointCheck) return "";
+  std::string ranks;
+  std::size_t at = 0;
+  for (int r = 0; r < ch_->size; ++r) {
+    if (r == ch_->rank) continue;
+    int arrived = 1;
+    if (checks_[at] != MPI_REQUEST_NULL) {
+      MPI_Request_get_status(checks_[at], &arrived, MPI_STATUS_IGNORE);
+    }
+    at += 2;
+    if (!arrived) ranks += (ranks.empty() ? "" : ", ") + std::to_string(r);
+  }
+  return ranks.empty() ? "" : "; nothing yet from rank " + ranks;
+}
+
+// Where a data step of rounds stands, as "; round 3 of 12: nothing yet from rank 1"; empty for
+// MPI's own collectives (they cannot tell). requests_[1] is the round's receive and
+// requests_[0] its send (DataStep::round), their peers DataStep::peers.
+std::string Collective::unfinished_round() {
+  if (!by_rounds_) return "";
+  std::string s = "; round " + std::to_string(round_ + 1) + " of " + std::to_string(step_.rounds);
+  if (!step_.peers) return s;
+  const auto [from, to] = step_.peers(round_);
+  int received = 1;
+  int sent = 1;
+  if (requests_[1] != MPI_REQUEST_NULL) {
+    MPI_Request_get_status(requests_[1], &received, MPI_STATUS_IGNORE);
+  }
+  if (requests_[0] != MPI_REQUEST_NULL) {
+    MPI_Request_get_status(requests_[0], &sent, MPI_STATUS_IGNORE);
+  }
+  if (!received && from >= 0) s += ": nothing yet from rank " + std::to_string(from);
+  if (!sent && to >= 0) {
+    s += std::string(!received && from >= 0 ? ", and " : ": ") + "rank " + std::to_string(to) +
+         " has not taken this rank's part";
+  }
+  return s;
 }
 
 // The clock costs about 25 ns a read here, a quarter of a poll of a collective in flight: a
@@ -250,8 +293,8 @@ Task::State Collective::advance(Context& context) {
         // caller's wait can end before the group's deadline): its peers may never come.
         if (auto failed = ch_->failure()) return fail(failed);
         if (std::chrono::steady_clock::now() < deadline_) return State::kBusy;
-        return time_out("every rank to issue it (a rank that never calls it, or is stuck "
-                        "before it, holds it up)");
+        return time_out("every rank to issue it" + unheard_peers() +
+                        " (a rank that never calls it, or is stuck before it, holds it up)");
       }
       ++context.moves;
       at_ = Step::kTurn;
@@ -290,7 +333,8 @@ Task::State Collective::advance(Context& context) {
       if (rc != MPI_SUCCESS) return fail(mpi_error(rc, "MPI_Testall"));
       if (!done) {
         if (!past_deadline()) return State::kBusy;
-        return time_out("the data exchange to complete (a peer stopped in the middle of it)");
+        return time_out("the data exchange to complete" + unfinished_round() +
+                        " (a peer stopped in the middle of it)");
       }
       ++context.moves;
       if (by_rounds_ && ++round_ < step_.rounds) {

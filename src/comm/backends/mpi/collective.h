@@ -87,6 +87,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "comm/backends/mpi/runtime.h"
@@ -160,6 +161,9 @@ struct DataStep {
   // requests of round k - 1 completed, into requests[0] and [1]; `tag` is the round's own.
   std::function<int(MPI_Comm comm, int k, int tag, MPI_Request* requests)> round;
   int rounds = 0;
+  // Optional, with `round`: the rank round k receives from and the one it sends to (-1: none),
+  // named when the group's timeout ends the round (Collective::unfinished_round).
+  std::function<std::pair<int, int>(int k)> peers;
   std::function<void()> finish;  // optional: what follows the data step
 };
 
@@ -214,11 +218,13 @@ class Collective : public Task {
   State finish_data_step();
   bool pending() const;  // MPI may still write into the collective's buffers
   State fail(std::exception_ptr error);
-  State time_out(const char* waiting_for);
+  State time_out(const std::string& waiting_for);
   bool due();            // time to look at the clock (every 32nd poll)
   bool past_deadline();  // due() and deadline_ passed
   int start_check();
   std::exception_ptr compare();
+  std::string unheard_peers();     // step 1's peers whose descriptor has not come (time_out)
+  std::string unfinished_round();  // the data step's round and the neighbour it waits for
   std::exception_ptr mpi_error(int rc, const char* call);
   std::exception_ptr round_error(std::exception_ptr thrown);
 

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <memory>
+#include <utility>
 
 #include "dpx/errors.h"
 
@@ -129,10 +130,7 @@ class Pair {
 }  // namespace
 
 bool use_pair(const at::Tensor& tensor, int size, ReduceOp op) {
-  const auto bytes = static_cast<std::int64_t>(tensor.nbytes());
-  return size == 2 && tensor.is_cpu() && (op == ReduceOp::kSum || op == ReduceOp::kAvg) &&
-         ((bytes > 0 && bytes <= kPairSmallBytes) ||
-          (bytes >= kPairBytesFrom && bytes < kPairBytesBelow));
+  return tensor.is_cpu() && pair_sizes(static_cast<std::int64_t>(tensor.nbytes()), size, op);
 }
 
 void add_pair(DataStep& step, const at::Tensor& tensor, MPI_Datatype type, MPI_Op mpi_op,
@@ -142,13 +140,12 @@ void add_pair(DataStep& step, const at::Tensor& tensor, MPI_Datatype type, MPI_O
   step.round = [pair](MPI_Comm comm, int /*k*/, int tag, MPI_Request* requests) {
     return pair->round(comm, tag, requests);
   };
+  step.peers = [peer = 1 - rank](int /*k*/) { return std::make_pair(peer, peer); };
   step.finish = [pair] { pair->sum(); };
 }
 
 bool use_ring(const at::Tensor& tensor, int size, int tag_ub) {
-  const std::int64_t least = size == 2 ? kRingBytesTwoRanks : kRingChunkBytes * size;
-  return size > 1 && tensor.is_cpu() && static_cast<std::int64_t>(tensor.nbytes()) >= least &&
-         round_stride(tag_ub) >= 2 * (size - 1);
+  return tensor.is_cpu() && ring_sizes(static_cast<std::int64_t>(tensor.nbytes()), size, tag_ub);
 }
 
 void add_ring(DataStep& step, const at::Tensor& tensor, MPI_Datatype type, MPI_Op op, int rank,
@@ -158,6 +155,9 @@ void add_ring(DataStep& step, const at::Tensor& tensor, MPI_Datatype type, MPI_O
   step.rounds = 2 * (size - 1) * pieces;
   step.round = [ring](MPI_Comm comm, int k, int tag, MPI_Request* requests) {
     return ring->round(comm, k, tag, requests);
+  };
+  step.peers = [rank, size](int /*k*/) {
+    return std::make_pair((rank + size - 1) % size, (rank + 1) % size);
   };
 }
 

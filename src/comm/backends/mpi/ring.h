@@ -43,7 +43,7 @@
 // Note [Pair exchange]
 // With 2 ranks the ring's two rounds move the same bytes as one exchange of the whole tensor,
 // at twice the latency: from kPairBytesFrom to below kPairBytesBelow a sum is one round instead
-// (and up to kPairSmallBytes, below). Each rank sends its tensor and receives the peer's into a
+// (and up to kPairSmallBytes, below; the bounds: sizes.h). Each rank sends its tensor and receives the peer's into a
 // scratch buffer (MPI_Isend, MPI_Irecv), then adds it into its own (MPI_Reduce_local). The
 // ranks add the same two numbers in opposite operand order; IEEE addition gives the same result
 // either way, so both ranks hold the same values, and the same bits except where both operands
@@ -73,30 +73,20 @@
 
 #include "comm/backends/mpi/collective.h"
 #include "comm/backends/mpi/scratch.h"
+#include "comm/backends/mpi/sizes.h"
 #include "dpx/comm/types.h"
 
 namespace dpx::detail::mpi {
 
-// An all-reduce that does not block runs as a ring from kRingBytesTwoRanks up with 2 ranks, and
-// where each rank's chunk is kRingChunkBytes or more with more ranks.
-constexpr std::int64_t kRingBytesTwoRanks = 4 * 1024;
-constexpr std::int64_t kRingChunkBytes = 32 * 1024;
-
-// From kPairBytesFrom to below kPairBytesBelow, and from 1 byte to kPairSmallBytes, with 2 ranks
+// Whether an all-reduce of `tensor` by `op` in a group of `size` ranks is a pair exchange (a CPU
+// tensor of pair_sizes), and sets `step`'s one round and its finish (the sum) to it
 // (Note [Pair exchange]).
-constexpr std::int64_t kPairSmallBytes = 2 * 1024;
-constexpr std::int64_t kPairBytesFrom = 8 * 1024;
-constexpr std::int64_t kPairBytesBelow = 128 * 1024;
-
-// Whether an all-reduce of `tensor` by `op` in a group of `size` ranks is a pair exchange, and
-// sets `step`'s one round and its finish (the sum) to it (Note [Pair exchange]).
 bool use_pair(const at::Tensor& tensor, int size, ReduceOp op);
 void add_pair(DataStep& step, const at::Tensor& tensor, MPI_Datatype type, MPI_Op mpi_op,
               int rank, std::shared_ptr<ScratchPool> pool);
 
 // Whether an all-reduce of `tensor` in a group of `size` ranks runs as a ring: a CPU tensor of
-// the sizes above, with MPI_TAG_UB (`tag_ub`) leaving room for its rounds' tags (round_stride,
-// Note [Group epochs] in tags.h).
+// ring_sizes (sizes.h).
 bool use_ring(const at::Tensor& tensor, int size, int tag_ub);
 
 // Sets `step`'s rounds to the ring's, all-reducing `tensor` (contiguous) by `op`; `tag_ub` bounds

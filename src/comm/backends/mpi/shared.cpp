@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <utility>
 
 #include <c10/util/Exception.h>
 
@@ -93,12 +94,18 @@ class SharedAllreduce {
   // barrier's.
   int round(MPI_Comm comm, int j, int tag, MPI_Request* requests) {
     if (j < segments_) return reduce(j);
-    const int step = 1 << (j - segments_);
-    const int to = (rank_ + step) % size_;
-    const int from = ((rank_ - step) % size_ + size_) % size_;
+    const auto [from, to] = peers(j);
     int rc = MPI_Irecv(&sink_, 0, MPI_BYTE, from, tag, comm, &requests[1]);
     if (rc != MPI_SUCCESS) return rc;
     return MPI_Isend(&sink_, 0, MPI_BYTE, to, tag, comm, &requests[0]);
+  }
+
+  // The rank round j receives from and the one it sends to: none in a segment's round, rank
+  // r - 2^i and r + 2^i in the barrier's round i.
+  std::pair<int, int> peers(int j) const {
+    if (j < segments_) return {-1, -1};
+    const int step = 1 << (j - segments_);
+    return {((rank_ - step) % size_ + size_) % size_, (rank_ + step) % size_};
   }
 
  private:
@@ -222,6 +229,7 @@ void add_shared_allreduce(DataStep& step, std::shared_ptr<SharedBlock> block, st
   step.round = [run](MPI_Comm comm, int k, int tag, MPI_Request* requests) {
     return run->round(comm, k, tag, requests);
   };
+  step.peers = [run](int k) { return run->peers(k); };
 }
 
 }  // namespace dpx::detail::mpi
