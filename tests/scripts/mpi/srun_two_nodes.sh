@@ -29,12 +29,32 @@ fail() { echo "FAIL: $1"; echo "$2" | tail -n 40; status=1; }
 # The fault, sub-group, PyTorch-comparison and memory suites of dpx_mpi_tests, left out
 # (tests/scripts/mpi.cmake).
 setup_faults="MpiFaults.*:MpiSubgroups.*:MpiFsdpPython.*:MpiDdpPython.*:MpiCheckpointPython.*:MpiFsdpMemory.*"
+# Whether a step's output shows a rank that crashed calling address 0 with nothing to unwind:
+# OpenMPI 4.1.4's own crash in MPI_Init under srun (a peer's first message reaches the TCP
+# transport's receive handler, which calls an empty entry of its handler table; a core's
+# backtrace: docs/backends.md, "OpenMPI's crash in MPI_Init under srun").
+init_crash() {
+  awk '/Failing at address: \(nil\)/ { at = 1; next }
+       at == 1 && /\[ 0\]/ { at = 2; next }
+       at == 2 && /End of error message/ { found = 1 }
+       { at = 0 }
+       END { exit !found }' <<< "$1"
+}
 # srun_two NPER PROGRAM [ARGS...]: sets out, rc and took; exits the script with SKIPPED where it
-# cannot run.
+# cannot run. A step that ended in OpenMPI's init crash (init_crash) runs once more, saying so:
+# it came 2 times in about 130 runs of a step here, with a busy loop beside it.
 srun_two() {
   local start=$SECONDS
   out=$(bash "$run" "$@" 2>&1)
   rc=$? took=$((SECONDS - start))
+  if [ "$rc" != 0 ] && [ "$rc" != 77 ] && init_crash "$out"; then
+    echo "srun_two_nodes: a rank crashed in OpenMPI's MPI_Init (address 0, no frames);" \
+      "running the step once more:"
+    grep -B4 -A1 'Failing at address: (nil)' <<< "$out" | head -n 12
+    start=$SECONDS
+    out=$(bash "$run" "$@" 2>&1)
+    rc=$? took=$((SECONDS - start))
+  fi
   if [ "$rc" = 77 ]; then
     head -n -1 <<< "$out"  # the daemons' logs, where the cluster did not come up
     echo "srun_two_nodes: SKIPPED: $(tail -n 1 <<< "$out")"
