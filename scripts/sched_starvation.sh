@@ -19,11 +19,12 @@ for v in "$trials" "$secs" "$nap"; do
     { echo "usage: $0 [TRIALS] [SECONDS] [NAP_US] (whole numbers)" >&2; exit 2; }
 done
 [ "$secs" -ge 3 ] || { echo "$0: SECONDS must be 3 or more" >&2; exit 2; }
+[ "$nap" -lt 1000000 ] || { echo "$0: NAP_US must be below 1000000 (1 s)" >&2; exit 2; }
 command -v cc >/dev/null || { echo "$0: needs a C compiler (apt-get install gcc)" >&2; exit 2; }
 dir=$(mktemp -d /tmp/dpx-starve-XXXXXX)
 hog=
 cleanup() {
-  [ -n "$hog" ] && kill "$hog" 2>/dev/null
+  if [ -n "$hog" ]; then kill "$hog" 2>/dev/null || true; fi
   pkill -f "$dir/nap" 2>/dev/null || true
   rm -rf "$dir"
 }
@@ -71,7 +72,8 @@ int main(int argc, char** argv) {
   return 0;
 }
 C
-cc -O2 -pthread "$dir/nap.c" -o "$dir/nap"
+cc -O2 -pthread "$dir/nap.c" -o "$dir/nap" ||
+  { echo "$0: could not compile the probe (above)" >&2; exit 2; }
 echo "kernel $(uname -r), sched_autogroup_enabled=$(cat /proc/sys/kernel/sched_autogroup_enabled \
   2>/dev/null || echo absent), $(nproc) cores; $trials trials of ${secs} s, naps of ${nap} us"
 starved=0

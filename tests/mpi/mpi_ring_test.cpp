@@ -6,6 +6,7 @@
 
 #include <chrono>
 #include <cstdlib>
+#include <iostream>
 #include <thread>
 #include <vector>
 
@@ -68,14 +69,17 @@ TEST(MpiRing, SegmentedChunksSumExactly) {
 
 // What DDP does with a bucket: start the all-reduce and go on computing, with no thread waiting
 // for it. The MPI thread alone moves its rounds, napping between polls when a poll moves
-// nothing (Note [MPI thread], step 2); the ring completes while the caller computes (here in
-// 0.3-1.1 s), exact. A liveness test of the napping thread (how much sooner than a spinning one:
-// the benchmark, docs/performance.md). The caller computes for 5 s at most and then only looks
-// now and then, still never waiting: Linux 6.18's scheduler with autogroups can give the
-// threads of one session both cores for as long as they stay runnable, and a rank that computed
-// to the end would then starve the other host's ranks for the whole 20 s (docs/backends.md,
-// "The scheduler that starves a host"). Computing to the end failed 2 of 12 runs of
-// scripts/netns_srun.sh 2 with a busy loop beside it; the starved ranks made no MPI call at all.
+// nothing (Note [MPI thread], step 2), and the ring completes, exact, without the caller ever
+// waiting. A liveness test of the napping thread (how much sooner than a spinning one: the
+// benchmark, docs/performance.md). The caller computes for 5 s at most and then only looks now
+// and then: Linux 6.18's scheduler with autogroups can give the threads of one session both
+// cores for as long as they stay runnable, and a rank that computed to the end would then
+// starve the other host's ranks for the whole 20 s (docs/backends.md, "The scheduler that
+// starves a host"). Computing to the end failed 2 of 12 runs of scripts/netns_srun.sh 2 with a
+// busy loop beside it; the starved ranks made no MPI call at all. So that the ring completes
+// while the caller computes (in 0.15-2.5 s there, or after it stopped: 8 of 21 runs) is
+// recorded, not asserted: the test's XML property completed_while_computing, and a line on
+// stdout when it did not.
 TEST(MpiRing, CompletesWhileTheCallerComputesWithoutWaiting) {
   auto pg = mpi_group();
   auto t = mine(pg->rank(), 2000003, 1);
@@ -85,6 +89,9 @@ TEST(MpiRing, CompletesWhileTheCallerComputesWithoutWaiting) {
   while (!work->is_completed() && std::chrono::steady_clock::now() < start + seconds(5)) {
     a = at::tanh(at::mm(a, a));  // the caller's core busy, as backward keeps it
   }
+  const bool while_computing = work->is_completed();
+  RecordProperty("completed_while_computing", while_computing ? "yes" : "no");
+  if (!while_computing) std::cout << "not done after 5 s of computing: waiting without computing\n";
   while (!work->is_completed() && std::chrono::steady_clock::now() < start + seconds(20)) {
     std::this_thread::sleep_for(milliseconds(1));
   }

@@ -381,6 +381,8 @@ TEST(MpiFaults, RankThatStopsArrivingEndsInTimeoutError) {
 TEST(MpiFaults, RankThatNeverIssuesTheCollectiveIsNamed) {
   const int world = mpi_group()->size();
   if (world < 2) GTEST_SKIP() << "needs a peer that stays away";
+  // Above 8 ranks the descriptors go by one MPI_Iallgather, which names no rank.
+  if (world > 8) GTEST_SKIP() << "descriptors by MPI_Iallgather name no rank";
   auto pg = mpi_group(milliseconds(800));
   if (pg->rank() != world - 1) {
     auto t = at::ones({4});
@@ -436,13 +438,18 @@ TEST(MpiFaults, RankStoppedInTheDataExchangeEndsWithinTheTimeout) {
     auto work = pg->allreduce(t);
     if (pg->rank() != stopped) {
       try {
-        // Longer than the group's timeout: the collective's own error, which says where its
-        // rounds stand (a ring's, or shared memory's on one host).
+        // Longer than the group's timeout: the collective's own error, which says where the
+        // ring's rounds stand, or (where the stop landed before the stopped rank's descriptor
+        // went out) that nothing came from it.
         work->wait(milliseconds(4000));
         EXPECT_TRUE(torch::equal(t, at::full({1}, world, at::kFloat).expand_as(t)));
       } catch (const TimeoutError& e) {
-        EXPECT_NE(std::string(e.what()).find("allreduce(sum)"), std::string::npos) << e.what();
-        EXPECT_NE(std::string(e.what()).find("; round "), std::string::npos) << e.what();
+        const std::string what = e.what();
+        EXPECT_NE(what.find("allreduce(sum)"), std::string::npos) << what;
+        EXPECT_TRUE(what.find("; round ") != std::string::npos ||
+                    what.find("nothing yet from rank " + std::to_string(stopped)) !=
+                        std::string::npos)
+            << what;
       }
       EXPECT_LT(seconds_since(t0), 5.0);
     } else {

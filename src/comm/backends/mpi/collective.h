@@ -23,9 +23,10 @@
 // check overlaps the previous bucket's data), and each communicator then still sees one order,
 // the call order, on every rank.
 // The group's timeout runs from the call: past it, the Work fails with TimeoutError naming the
-// collective and the step it waited in, and the group fails too (MPI cannot cancel a
-// collective, so what is queued behind it could never run): every collective queued or issued
-// later fails at once with the same error. MPI keeps writing into the buffers of a collective
+// collective, the step it waited in and, where it can tell, the ranks it waited for
+// (timeout.cpp), and the group fails too (MPI cannot cancel a collective, so what is queued
+// behind it could never run): every collective queued or issued later fails at once with the
+// same error. MPI keeps writing into the buffers of a collective
 // it has started until its request completes, so the task keeps its tensors and lingers (polled
 // every millisecond) until then, or until MPI_Finalize.
 //
@@ -223,8 +224,10 @@ class Collective : public Task {
   bool past_deadline();  // due() and deadline_ passed
   int start_check();
   std::exception_ptr compare();
-  std::string unheard_peers();     // step 1's peers whose descriptor has not come (time_out)
-  std::string unfinished_round();  // the data step's round and the neighbour it waits for
+  // For time_out (timeout.cpp): step 1's peers whose descriptor has not come; the data step's
+  // round and the peers it waits for.
+  std::string unheard_peers() const;
+  std::string unfinished_round() const;
   std::exception_ptr mpi_error(int rc, const char* call);
   std::exception_ptr round_error(std::exception_ptr thrown);
 

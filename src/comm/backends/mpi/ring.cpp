@@ -34,9 +34,11 @@ class Ring {
   }
 
   // Round j moves segment j % segments_ of the chunks of ring step j / segments_.
+  // The rank every round receives from (the left neighbour) and the one it sends to.
+  std::pair<int, int> peers() const { return {(rank_ + size_ - 1) % size_, (rank_ + 1) % size_}; }
+
   int round(MPI_Comm comm, int j, int tag, MPI_Request* requests) {
-    const int right = (rank_ + 1) % size_;
-    const int left = (rank_ + size_ - 1) % size_;
+    const auto [left, right] = peers();
     if (j > 0 && (j - 1) / segments_ < size_ - 1) {
       // The previous round received a segment to reduce (step 1): chunk rank - k - 1 of its k.
       const int k = (j - 1) / segments_;
@@ -97,6 +99,8 @@ class Pair {
        std::shared_ptr<ScratchPool> pool)
       : tensor_(tensor), type_(type), op_(op), peer_(1 - rank), scratch_(std::move(pool)) {}
 
+  int peer() const { return peer_; }
+
   int round(MPI_Comm comm, int tag, MPI_Request* requests) {
     const int count = static_cast<int>(tensor_.numel());
     void* into = scratch_.take(tensor_.nbytes());  // here: a step that blocks never needs it
@@ -140,7 +144,7 @@ void add_pair(DataStep& step, const at::Tensor& tensor, MPI_Datatype type, MPI_O
   step.round = [pair](MPI_Comm comm, int /*k*/, int tag, MPI_Request* requests) {
     return pair->round(comm, tag, requests);
   };
-  step.peers = [peer = 1 - rank](int /*k*/) { return std::make_pair(peer, peer); };
+  step.peers = [pair](int /*k*/) { return std::make_pair(pair->peer(), pair->peer()); };
   step.finish = [pair] { pair->sum(); };
 }
 
@@ -156,9 +160,7 @@ void add_ring(DataStep& step, const at::Tensor& tensor, MPI_Datatype type, MPI_O
   step.round = [ring](MPI_Comm comm, int k, int tag, MPI_Request* requests) {
     return ring->round(comm, k, tag, requests);
   };
-  step.peers = [rank, size](int /*k*/) {
-    return std::make_pair((rank + size - 1) % size, (rank + 1) % size);
-  };
+  step.peers = [ring](int /*k*/) { return ring->peers(); };
 }
 
 }  // namespace dpx::detail::mpi

@@ -43,8 +43,9 @@
 // Note [Pair exchange]
 // With 2 ranks the ring's two rounds move the same bytes as one exchange of the whole tensor,
 // at twice the latency: from kPairBytesFrom to below kPairBytesBelow a sum is one round instead
-// (and up to kPairSmallBytes, below; the bounds: sizes.h). Each rank sends its tensor and receives the peer's into a
-// scratch buffer (MPI_Isend, MPI_Irecv), then adds it into its own (MPI_Reduce_local). The
+// (and up to kPairSmallBytes, below; the bounds: sizes.h). Each rank sends its tensor and
+// receives the peer's into a scratch buffer (MPI_Isend, MPI_Irecv), then adds it into its own
+// (MPI_Reduce_local). The
 // ranks add the same two numbers in opposite operand order; IEEE addition gives the same result
 // either way, so both ranks hold the same values, and the same bits except where both operands
 // are NaN (x86 then keeps the first operand's NaN: a NaN's sign or payload can differ between
