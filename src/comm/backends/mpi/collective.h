@@ -26,9 +26,9 @@
 // collective, the step it waited in and, where it can tell, the ranks it waited for
 // (timeout.cpp), and the group fails too (MPI cannot cancel a collective, so what is queued
 // behind it could never run): every collective queued or issued later fails at once with the
-// same error. MPI keeps writing into the buffers of a collective
-// it has started until its request completes, so the task keeps its tensors and lingers (polled
-// every millisecond) until then, or until MPI_Finalize.
+// same error. MPI keeps writing into the buffers of a collective it has started until its
+// request completes, so the task keeps its tensors and lingers (polled every millisecond) until
+// then, or until MPI_Finalize.
 //
 // Note [Blocking data step]
 // OpenMPI 4.1's non-blocking collectives (libnbc) are slower than its blocking ones on one host,

@@ -33,10 +33,10 @@ class Ring {
     scratch_.take(static_cast<std::size_t>(count_ / size / segments + 2) * elem_);
   }
 
-  // Round j moves segment j % segments_ of the chunks of ring step j / segments_.
   // The rank every round receives from (the left neighbour) and the one it sends to.
   std::pair<int, int> peers() const { return {(rank_ + size_ - 1) % size_, (rank_ + 1) % size_}; }
 
+  // Round j moves segment j % segments_ of the chunks of ring step j / segments_.
   int round(MPI_Comm comm, int j, int tag, MPI_Request* requests) {
     const auto [left, right] = peers();
     if (j > 0 && (j - 1) / segments_ < size_ - 1) {

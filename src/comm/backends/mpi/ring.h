@@ -45,9 +45,8 @@
 // at twice the latency: from kPairBytesFrom to below kPairBytesBelow a sum is one round instead
 // (and up to kPairSmallBytes, below; the bounds: sizes.h). Each rank sends its tensor and
 // receives the peer's into a scratch buffer (MPI_Isend, MPI_Irecv), then adds it into its own
-// (MPI_Reduce_local). The
-// ranks add the same two numbers in opposite operand order; IEEE addition gives the same result
-// either way, so both ranks hold the same values, and the same bits except where both operands
+// (MPI_Reduce_local). The ranks add the same two numbers in opposite operand order; IEEE
+// addition gives the same result either way, so both ranks hold the same values, and the same bits except where both operands
 // are NaN (x86 then keeps the first operand's NaN: a NaN's sign or payload can differ between
 // the ranks; both hold a NaN). Max and min differ by operand order for a NaN against a number,
 // so only SUM and AVG take this path (a product's rounding does not depend on operand order
